@@ -1,0 +1,36 @@
+// `nanovm boot`: boot a Linux guest with the serial console on this terminal.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace nanovm {
+
+/// The options of `nanovm boot` (defaults as documented in --help).
+struct BootOptions {
+    std::string kernel;                  ///< empty: default_kernel_path()
+    std::string initrd;                  ///< empty: default_initrd_path()
+    std::optional<std::string> cmdline;  ///< replaces kDefaultCmdline
+    std::vector<std::string> append;     ///< appended to the command line, in order
+    uint32_t cpus = 2;                   ///< kMinCpus..kMaxCpus
+    uint32_t memory_mib = 1024;          ///< kMinMemoryMib..kMaxMemoryMib
+    std::string console;                 ///< empty: stdout
+    bool until_ready = false;            ///< add nanovm.until_ready=1
+};
+
+inline constexpr uint32_t kMinCpus = 1, kMaxCpus = 4;
+inline constexpr uint32_t kMinMemoryMib = 128, kMaxMemoryMib = 8192;
+inline constexpr const char* kDefaultCmdline = "console=ttyS0 reboot=k panic=-1 quiet";
+inline constexpr const char* kUntilReadyParam = "nanovm.until_ready=1";
+
+/// The kernel command line for `options`: --cmdline or the default, then
+/// nanovm.until_ready=1 with --until-ready, then each --append.
+std::string boot_cmdline(const BootOptions& options);
+
+/// Runs the guest to its end; returns the exit status (api/exit_status.hpp). Prints
+/// every error as one line on stderr; never throws.
+int run_boot(const BootOptions& options);
+
+}  // namespace nanovm

@@ -1,0 +1,60 @@
+// The `nanovm` command line (CLI11): one subcommand per file (*_command.cpp).
+#include <CLI/CLI.hpp>
+
+#include <exception>
+
+#include "api/boot_command.hpp"
+#include "api/doctor_command.hpp"
+#include "api/exit_status.hpp"
+#include "vmm/log.hpp"
+
+int main(int argc, char** argv) {
+    using namespace nanovm;
+    try {
+        CLI::App app{"nanovm: a VMM and sandbox service on /dev/kvm"};
+        app.require_subcommand(1);
+
+        BootOptions boot_options;
+        CLI::App* boot = app.add_subcommand("boot", "Boot a Linux guest with its serial console on this terminal");
+        boot->add_option("--kernel", boot_options.kernel,
+                         "Guest kernel (bzImage or ELF vmlinux) [default: ${NANOVM_CACHE:-${XDG_CACHE_HOME:-"
+                         "$HOME/.cache}/nanovm}/kernel/current/bzImage]");
+        boot->add_option("--initrd", boot_options.initrd,
+                         "Initramfs [default: guest-init/initramfs.cpio.lz4 next to the nanovm binary]");
+        boot->add_option("--cmdline", boot_options.cmdline,
+                         std::string("Kernel command line, replacing the default \"") + kDefaultCmdline + "\"");
+        boot->add_option("--append", boot_options.append, "Add to the kernel command line (repeatable)");
+        boot->add_option("--cpus", boot_options.cpus, "vCPUs")
+            ->check(CLI::Range(kMinCpus, kMaxCpus))
+            ->capture_default_str();
+        boot->add_option("--memory", boot_options.memory_mib, "Guest RAM in MiB")
+            ->check(CLI::Range(kMinMemoryMib, kMaxMemoryMib))
+            ->capture_default_str();
+        boot->add_option("--console", boot_options.console, "Write the guest console to FILE instead of stdout");
+        boot->add_flag("--until-ready", boot_options.until_ready,
+                       std::string("Power off once guest-init is ready (adds ") + kUntilReadyParam + ")");
+        boot->footer(std::string("Console: guest serial output goes to stdout (or --console FILE); stdin goes to the "
+                                 "guest.\nOn a terminal, stdin is in raw mode: Ctrl-C goes to the guest, Ctrl-A x "
+                                 "quits nanovm, Ctrl-A Ctrl-A sends Ctrl-A.\n\n") +
+                     exit_status::kHelpText);
+
+        bool doctor_json = false;
+        CLI::App* doctor = app.add_subcommand("doctor", "Report what this host offers nanovm and what is built");
+        doctor->add_flag("--json", doctor_json, "One JSON object instead of a table");
+
+        try {
+            app.parse(argc, argv);
+        } catch (const CLI::ParseError& e) {
+            const int code = app.exit(e);  // prints help or the error
+            return code == 0 ? 0 : exit_status::kUsage;
+        }
+        if (*boot) return run_boot(boot_options);
+        if (*doctor) return run_doctor(doctor_json);
+        return exit_status::kUsage;
+    } catch (const std::exception& e) {
+        log_line(e.what());
+    } catch (...) {
+        log_line("unknown error");
+    }
+    return exit_status::kError;
+}

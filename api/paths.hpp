@@ -1,0 +1,26 @@
+// Where nanovm finds the guest kernel and the guest initramfs by default.
+#pragma once
+
+#include <string>
+
+namespace nanovm {
+
+/// ${NANOVM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nanovm}: where
+/// tools/guest-kernel/build keeps built kernels.
+std::string cache_dir();
+
+/// <cache_dir>/kernel/current/bzImage (the kernel build maintains `current`).
+std::string default_kernel_path();
+
+/// The directory of the running nanovm binary (from /proc/self/exe), e.g. /work/build.
+std::string executable_dir();
+
+/// <executable_dir>/guest-init/initramfs.cpio.lz4: the initramfs the build produces
+/// next to build/nanovm.
+std::string default_initrd_path();
+
+/// The command that builds the guest kernel / the initramfs (for messages).
+inline constexpr const char* kBuildKernelCommand = "tools/guest-kernel/build";
+inline constexpr const char* kBuildInitrdCommand = "ninja -C build";
+
+}  // namespace nanovm

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Linux-guest checks, run INSIDE the test host (real kvm_amd) by linux_guest_suite.
+# Prints TAP (one line per behaviour). Usage: checks.sh NANOVM KVM_TESTS KERNEL_DIR
+set -uo pipefail
+nanovm=$1 kvm_tests=$2 kernel_dir=$3
+work=${NANOVM_SCRATCH:?checks.sh runs inside tools/testhost/run}/linux-guest-checks
+mkdir -p "$work"
+
+n=0 failed=0
+ok()     { n=$((n + 1)); echo "ok $n - $*"; }
+not_ok() { n=$((n + 1)); failed=$((failed + 1)); echo "not ok $n - $*"; }
+check()  { local name=$1; shift; if "$@"; then ok "$name"; else not_ok "$name"; fi; }
+# Shows the tail of a file as TAP diagnostics.
+diag()   { sed 's/^/# /' "$1" | tail -n "${2:-25}"; }
+
+# boot_guest NAME ARGS... : runs nanovm boot with the console in $work/NAME.console,
+# stderr in $work/NAME.err; sets $status.
+boot_guest() {
+  local name=$1; shift
+  timeout 300 "$nanovm" boot --console "$work/$name.console" "$@" 2>"$work/$name.err" </dev/null
+  status=$?
+}
+
+# 1. The probe-guest suite on a real (non-PVM) /dev/kvm.
+if "$kvm_tests" >"$work/kvm_tests.log" 2>&1; then
+  ok "probe-guest suite (tests/kvm) passes on kvm_amd"
+else
+  not_ok "probe-guest suite (tests/kvm) passes on kvm_amd"; diag "$work/kvm_tests.log" 40
+fi
+
+# 2. Boots across the shape matrix: nproc and MemTotal seen from inside the guest.
+for shape in 1:128 2:1024 4:4096 4:128 1:4096; do
+  cpus=${shape%%:*} mib=${shape##*:} name="boot-$cpus-$mib"
+  boot_guest "$name" --cpus "$cpus" --memory "$mib" \
+    --append 'nanovm.exec="echo NPROC=$(nproc); grep MemTotal /proc/meminfo"'
+  nproc_seen=$(sed -n 's/^NPROC=\([0-9]*\).*/\1/p' "$work/$name.console" | head -1)
+  memtotal_kib=$(awk '/^MemTotal:/ {print $2; exit}' "$work/$name.console")
+  low_kib=$((mib * 1024 * 9 / 10)) high_kib=$((mib * 1024))
+  if [ "$status" = 0 ] && [ "${nproc_seen:-x}" = "$cpus" ] && [ -n "$memtotal_kib" ] &&
+     [ "$memtotal_kib" -ge "$low_kib" ] && [ "$memtotal_kib" -le "$high_kib" ]; then
+    ok "boot $cpus vCPU / $mib MiB: nproc=$nproc_seen MemTotal=${memtotal_kib} kB, exit 0"
+  else
+    not_ok "boot $cpus vCPU / $mib MiB: want nproc=$cpus MemTotal in [$low_kib, $high_kib] kB and exit 0; got nproc=${nproc_seen:-none} MemTotal=${memtotal_kib:-none} exit $status"
+    diag "$work/$name.console"; diag "$work/$name.err" 10
+  fi
+done
+
+# 3. The ready line carries the guest's uptime; --until-ready powers off after it.
+boot_guest ready --until-ready
+if [ "$status" = 0 ] && grep -Eq '^nanovm-init: ready uptime_ms=[0-9]+ ' "$work/ready.console"; then
+  ok "--until-ready: ready line with uptime, then poweroff with exit 0 ($(grep -o 'uptime_ms=[0-9]*' "$work/ready.console"))"
+else
+  not_ok "--until-ready: ready line with uptime, then poweroff with exit 0 (exit $status)"
+  diag "$work/ready.console"; diag "$work/ready.err" 10
+fi
+
+# 4. The ELF vmlinux boots as well as the bzImage.
+boot_guest vmlinux --kernel "$kernel_dir/vmlinux" --until-ready
+if [ "$status" = 0 ] && grep -q '^nanovm-init: ready' "$work/vmlinux.console"; then
+  ok "ELF vmlinux boots to the ready line"
+else
+  not_ok "ELF vmlinux boots to the ready line (exit $status)"; diag "$work/vmlinux.console"; diag "$work/vmlinux.err" 10
+fi
+
+# 5. How the guest ends maps to the documented exit statuses.
+boot_guest poweroff --append 'nanovm.exec="poweroff; sleep 30"'
+check "guest poweroff ends the VMM with status 0 (got $status)" test "$status" = 0
+boot_guest reboot --append 'nanovm.exec="reboot; sleep 30"'
+check "guest reboot ends the VMM with status 3 (got $status)" test "$status" = 3
+boot_guest panic --append 'nanovm.exec="echo c > /proc/sysrq-trigger; sleep 30"'
+if [ "$status" = 4 ] && grep -qi 'crash\|panic\|reset' "$work/panic.err"; then
+  ok "guest panic (sysrq c) ends the VMM with the crash status 4"
+else
+  not_ok "guest panic (sysrq c) ends the VMM with the crash status 4 (got $status)"; diag "$work/panic.console"; diag "$work/panic.err" 10
+fi
+
+# 6. The console is an 8250 that both prints and reads: input reaches the guest.
+printf 'echo typed-$((6*7))\nexit\n' > "$work/stdin.txt"
+timeout 300 "$nanovm" boot --console "$work/stdin.console" <"$work/stdin.txt" 2>"$work/stdin.err"
+status=$?
+if [ "$status" = 0 ] && grep -q '^typed-42' "$work/stdin.console"; then
+  ok "console input reaches the guest shell and its output comes back"
+else
+  not_ok "console input reaches the guest shell and its output comes back (exit $status)"; diag "$work/stdin.console"
+fi
+
+echo "1..$n"
+[ "$failed" = 0 ]

@@ -1,0 +1,68 @@
+#include "vmm/kvm_flavour.hpp"
+
+#include <sys/stat.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace nanovm {
+
+std::string_view to_string(KvmFlavour flavour) {
+    switch (flavour) {
+        case KvmFlavour::none: return "none";
+        case KvmFlavour::vmx: return "VMX";
+        case KvmFlavour::svm: return "SVM";
+        case KvmFlavour::pvm: return "PVM";
+    }
+    return "unknown";
+}
+
+namespace {
+
+bool path_exists(const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0;
+}
+
+// Reads the first "flags" line of /proc/cpuinfo and reports vmx / svm.
+void read_cpu_flags(const std::string& cpuinfo, bool& vmx, bool& svm) {
+    std::ifstream in(cpuinfo);
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.rfind("flags", 0) != 0) continue;
+        const auto colon = line.find(':');
+        if (colon == std::string::npos) continue;
+        std::istringstream words(line.substr(colon + 1));
+        std::string word;
+        while (words >> word) {
+            if (word == "vmx") vmx = true;
+            if (word == "svm") svm = true;
+        }
+        return;
+    }
+}
+
+}  // namespace
+
+KvmHostInfo detect_kvm_host(const std::string& root) {
+    KvmHostInfo info;
+    info.dev_kvm_exists = path_exists(root + "/dev/kvm");
+    info.module_kvm_intel = path_exists(root + "/sys/module/kvm_intel");
+    info.module_kvm_amd = path_exists(root + "/sys/module/kvm_amd");
+    info.module_kvm_pvm = path_exists(root + "/sys/module/kvm_pvm");
+    read_cpu_flags(root + "/proc/cpuinfo", info.cpu_vmx, info.cpu_svm);
+
+    if (!info.dev_kvm_exists)
+        info.flavour = KvmFlavour::none;  // a module may be loaded without a device (it did not bind)
+    else if (info.module_kvm_intel)
+        info.flavour = KvmFlavour::vmx;
+    else if (info.module_kvm_amd)
+        info.flavour = KvmFlavour::svm;
+    else if (info.module_kvm_pvm)
+        info.flavour = KvmFlavour::pvm;
+    else
+        info.flavour = info.cpu_vmx ? KvmFlavour::vmx : info.cpu_svm ? KvmFlavour::svm : KvmFlavour::pvm;
+    return info;
+}
+
+}  // namespace nanovm

@@ -1,0 +1,46 @@
+// Which kind of KVM backs /dev/kvm on this host: hardware virtualisation (Intel VMX
+// through kvm_intel, AMD SVM through kvm_amd), PVM (kvm_pvm: runs only PVM-aware
+// guest kernels, see DESIGN.md "Where it runs"), or none at all.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace nanovm {
+
+enum class KvmFlavour {
+    none,  ///< no KVM module loaded / no /dev/kvm
+    vmx,   ///< kvm_intel
+    svm,   ///< kvm_amd
+    pvm,   ///< kvm_pvm: stock Linux guest kernels cannot run
+};
+
+/// "none", "VMX", "SVM", "PVM".
+std::string_view to_string(KvmFlavour flavour);
+
+/// What the host looks like from /sys/module, /proc/cpuinfo and /dev.
+struct KvmHostInfo {
+    KvmFlavour flavour = KvmFlavour::none;
+    bool dev_kvm_exists = false;  ///< /dev/kvm is present (it may still not open)
+    bool module_kvm_intel = false;
+    bool module_kvm_amd = false;
+    bool module_kvm_pvm = false;
+    bool cpu_vmx = false;  ///< "vmx" in /proc/cpuinfo flags
+    bool cpu_svm = false;  ///< "svm" in /proc/cpuinfo flags
+    /// True when a stock x86-64 Linux guest kernel can boot here (VMX or SVM).
+    bool can_boot_stock_linux() const { return flavour == KvmFlavour::vmx || flavour == KvmFlavour::svm; }
+};
+
+/// Detects the flavour: none without /dev/kvm (even if a module is loaded); else
+/// kvm_intel / kvm_amd win when loaded (hardware virtualisation); kvm_pvm alone means
+/// PVM; with no module directory (KVM built into the kernel) the CPU flags decide,
+/// and a /dev/kvm without vmx/svm counts as PVM. `root` prefixes the paths it reads
+/// (tests).
+KvmHostInfo detect_kvm_host(const std::string& root = "");
+
+/// The message `nanovm boot` prints on a PVM host.
+inline constexpr std::string_view kPvmBootRefusal =
+    "this /dev/kvm is PVM: it cannot run a stock Linux kernel; "
+    "use tools/testhost/run -- build/nanovm boot ...";
+
+}  // namespace nanovm
