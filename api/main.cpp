@@ -18,19 +18,25 @@ int main(int argc, char** argv) {
         CLI::App* boot = app.add_subcommand("boot", "Boot a Linux guest with its serial console on this terminal");
         boot->add_option("--kernel", boot_options.kernel,
                          "Guest kernel (bzImage or ELF vmlinux) [default: ${NANOVM_CACHE:-${XDG_CACHE_HOME:-"
-                         "$HOME/.cache}/nanovm}/kernel/current/bzImage]");
+                         "$HOME/.cache}/nanovm}/kernel/current/bzImage]")
+            ->type_name("FILE");
         boot->add_option("--initrd", boot_options.initrd,
-                         "Initramfs [default: guest-init/initramfs.cpio.lz4 next to the nanovm binary]");
+                         "Initramfs [default: guest-init/initramfs.cpio.lz4 next to the nanovm binary]")
+            ->type_name("FILE");
         boot->add_option("--cmdline", boot_options.cmdline,
                          std::string("Kernel command line, replacing the default \"") + kDefaultCmdline + "\"");
-        boot->add_option("--append", boot_options.append, "Add to the kernel command line (repeatable)");
-        boot->add_option("--cpus", boot_options.cpus, "vCPUs")
-            ->check(CLI::Range(kMinCpus, kMaxCpus))
+        boot->add_option("--append", boot_options.append, "Add to the kernel command line (repeatable)")
+            ->type_name("TEXT");
+        boot->add_option("--cpus", boot_options.cpus, "vCPUs (1 to 4)")
+            ->type_name("N")
+            ->check(CLI::Range(kMinCpus, kMaxCpus).description(""))
             ->capture_default_str();
-        boot->add_option("--memory", boot_options.memory_mib, "Guest RAM in MiB")
-            ->check(CLI::Range(kMinMemoryMib, kMaxMemoryMib))
+        boot->add_option("--memory", boot_options.memory_mib, "Guest RAM in MiB (128 to 8192)")
+            ->type_name("MiB")
+            ->check(CLI::Range(kMinMemoryMib, kMaxMemoryMib).description(""))
             ->capture_default_str();
-        boot->add_option("--console", boot_options.console, "Write the guest console to FILE instead of stdout");
+        boot->add_option("--console", boot_options.console, "Write the guest console to FILE instead of stdout")
+            ->type_name("FILE");
         boot->add_flag("--until-ready", boot_options.until_ready,
                        std::string("Power off once guest-init is ready (adds ") + kUntilReadyParam + ")");
         boot->footer(std::string("Console: guest serial output goes to stdout (or --console FILE); stdin goes to the "

@@ -39,9 +39,10 @@ ExitInfo exit_info_from_wait_status(int status) {
 }
 
 // Runs `argv` on the console and serves PID 1's signals until it ends (exit line,
-// power-off) or a power request arrives.
-[[noreturn]] void run_on_console(const std::vector<std::string>& argv) {
-    const pid_t child = spawn_on_console(argv, console_tty_path());
+// power-off) or a power request arrives. `interactive`: the console becomes its
+// controlling terminal (see spawn_on_console).
+[[noreturn]] void run_on_console(const std::vector<std::string>& argv, bool interactive) {
+    const pid_t child = spawn_on_console(argv, console_tty_path(), interactive);
     if (child < 0) fatal("cannot start " + argv[0]);
     for (;;) {
         const int sig = wait_for_signal(-1);
@@ -88,9 +89,9 @@ ExitInfo exit_info_from_wait_status(int status) {
         case BootMode::kUntilReady:
             power_down(PowerAction::kPoweroff);
         case BootMode::kExec:
-            run_on_console({"/bin/sh", "-c", config.exec_command});
+            run_on_console({"/bin/sh", "-c", config.exec_command}, false);
         case BootMode::kShell:
-            run_on_console({"/bin/sh"});
+            run_on_console({"/bin/sh"}, true);
     }
     fatal("unknown boot mode");
 }

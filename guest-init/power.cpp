@@ -3,6 +3,7 @@
 
 #include <signal.h>
 #include <sys/reboot.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 #if defined(__x86_64__) || defined(__i386__)
@@ -90,6 +91,8 @@ void power_down(PowerAction action) {
         if (!wait_for_no_children(kKillWaitMs)) log_error("processes left after SIGKILL");
     }
     ::sync();
+    // Let the console's transmit buffer drain: the reset would cut what is queued.
+    ::tcdrain(STDOUT_FILENO);
     announce(action);
     ::reboot(RB_AUTOBOOT);
     log_errno("reboot(RB_AUTOBOOT)", errno);

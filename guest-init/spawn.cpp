@@ -54,7 +54,8 @@ std::vector<std::string> child_environment() {
     };
 }
 
-pid_t spawn_on_console(const std::vector<std::string>& argv, const std::string& tty) {
+pid_t spawn_on_console(const std::vector<std::string>& argv, const std::string& tty,
+                       bool controlling_terminal) {
     if (argv.empty()) {
         log_error("spawn: empty argv");
         return -1;
@@ -84,7 +85,7 @@ pid_t spawn_on_console(const std::vector<std::string>& argv, const std::string& 
     if (fd < 0) child_fail(open_failed);
     // Take the tty as controlling terminal (steal it from an earlier session if need
     // be); fails harmlessly on /dev/console, leaving the shell without job control.
-    ::ioctl(fd, TIOCSCTTY, 1);
+    if (controlling_terminal) ::ioctl(fd, TIOCSCTTY, 1);
     for (int std_fd = 0; std_fd <= 2; ++std_fd) ::dup2(fd, std_fd);
     if (fd > 2) ::close(fd);
     if (::chdir("/") != 0) child_fail(exec_failed);

@@ -186,9 +186,15 @@ void Serial::write_register(uint8_t reg, uint8_t value) {
             update_irq();
             return;
         case kIirFcr:
-            // Changing the FIFO enable bit, or FCR bit 1, empties the receive FIFO
-            // (not the host's backlog).
-            if (((fcr_ ^ value) & kFcrEnable) || (value & kFcrClearRx)) fifo_.clear();
+            // Changing the FIFO enable bit, or FCR bit 1, empties the receive FIFO.
+            // Bytes the guest never read go back to the front of the host's backlog
+            // instead of being dropped: Linux clears the FIFO while it (re)starts the
+            // port (uart startup, set_termios, autoconfig), and host input typed or
+            // piped before that must still arrive once the guest listens.
+            if (((fcr_ ^ value) & kFcrEnable) || (value & kFcrClearRx)) {
+                backlog_.insert(backlog_.begin(), fifo_.begin(), fifo_.end());
+                fifo_.clear();
+            }
             fcr_ = value & 0xc9;  // enable, DMA mode, trigger level (bits 1-2 self-clear)
             update_irq();
             return;
