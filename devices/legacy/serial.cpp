@@ -210,16 +210,22 @@ void Serial::write_register(uint8_t reg, uint8_t value) {
 
 size_t Serial::receive(std::span<const uint8_t> bytes) {
     std::lock_guard lock(mutex_);
-    const size_t space = kRxCapacity - backlog_.size();
+    const size_t space = rx_space_locked();
     const size_t n = bytes.size() < space ? bytes.size() : space;
     backlog_.insert(backlog_.end(), bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(n));
     if (n > 0) update_irq();
     return n;
 }
 
+// The backlog may hold up to kFifoSize bytes more than kRxCapacity (FIFO bytes put
+// back by an FCR reset): no space then, never a wrapped-around size_t.
+size_t Serial::rx_space_locked() const {
+    return backlog_.size() < kRxCapacity ? kRxCapacity - backlog_.size() : 0;
+}
+
 size_t Serial::rx_space() const {
     std::lock_guard lock(mutex_);
-    return kRxCapacity - backlog_.size();
+    return rx_space_locked();
 }
 
 bool Serial::wait_for_rx_space(std::chrono::milliseconds timeout) {

@@ -8,7 +8,8 @@
 // backlog; they move into the 16-byte receive FIFO only while the guest listens
 // (IER data-ready interrupt enabled and MCR.OUT2 set, as Linux's 8250 driver does once
 // a tty is open), so input typed before the guest opens its console is not thrown
-// away by the FIFO resets the driver does while it starts.
+// away by the FIFO resets the driver does while it starts (an FCR reset puts unread
+// FIFO bytes back at the front of the backlog).
 // Interrupts: IIR reports the highest-priority pending source (line status > data
 // ready > THR empty > modem status); the THRE source is cleared by reading IIR while
 // it is the one reported, or by writing THR. The IRQ line is high while a source is
@@ -65,6 +66,7 @@ private:
     uint8_t modem_status() const;
     void set_modem_control(uint8_t value);
     void fill_fifo();
+    size_t rx_space_locked() const;
     void update_irq();
 
     IrqLine& irq_;

@@ -105,7 +105,7 @@ void setup_long_mode_sregs(kvm_sregs& sregs, uint64_t cr3);
 kvm_regs boot_regs(Gpa entry);
 
 /// MSR values to set on every vCPU at boot (SYSENTER_*, STAR, LSTAR, CSTAR,
-/// SYSCALL_MASK, KERNEL_GS_BASE, TSC = 0, MISC_ENABLE fast-strings,
+/// SYSCALL_MASK, KERNEL_GS_BASE, MISC_ENABLE fast-strings,
 /// MTRRdefType write-back).
 std::vector<kvm_msr_entry> boot_msrs();
 

@@ -18,7 +18,6 @@ constexpr uint64_t kEferLma = 1ull << 10;
 constexpr uint64_t kRflagsReserved = 1ull << 1;  ///< bit 1 always reads 1; IF = 0
 
 // MSR indices (Intel SDM vol. 4; the same numbers on AMD).
-constexpr uint32_t kMsrTsc = 0x10;
 constexpr uint32_t kMsrSysenterCs = 0x174;
 constexpr uint32_t kMsrSysenterEsp = 0x175;
 constexpr uint32_t kMsrSysenterEip = 0x176;
@@ -84,7 +83,6 @@ std::vector<kvm_msr_entry> boot_msrs() {
         msr(kMsrCstar, 0),
         msr(kMsrSyscallMask, 0),
         msr(kMsrKernelGsBase, 0),
-        msr(kMsrTsc, 0),
         msr(kMsrMiscEnable, kMiscEnableFastStrings),
         msr(kMsrMtrrDefType, kMtrrEnable | kMtrrTypeWriteBack),
     };

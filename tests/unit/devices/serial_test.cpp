@@ -155,3 +155,24 @@ TEST_CASE("8250: loopback sends THR to RBR, wires MCR to MSR and keeps the IRQ q
     u.out(MCR, 0);
     CHECK((u.in(MSR) & 0xb0) == 0xb0);  // out of loopback: CTS, DSR, DCD
 }
+
+TEST_CASE("8250: an FCR reset keeps unread input, and the backlog stays bounded", "[devices][serial]") {
+    Uart u;
+    u.out(MCR, kOut2);
+    u.out(IER, 0x01);
+    CHECK(u.receive(std::string(Serial::kRxCapacity, 'b')) == Serial::kRxCapacity);
+    CHECK(u.serial.rx_space() == Serial::kFifoSize);  // 16 bytes moved on into the FIFO
+    CHECK(u.receive(std::string(Serial::kFifoSize, 'c')) == Serial::kFifoSize);
+    u.out(IER, 0x00);  // the guest stops listening...
+    u.out(FCR, 0x07);  // ...and resets the FIFO: its 16 bytes go back to the backlog
+    CHECK(u.serial.rx_space() == 0);  // over capacity: no space (not a wrapped size_t)
+    CHECK(u.receive("more") == 0);
+    u.out(IER, 0x01);
+    size_t read = 0;
+    while (u.in(LSR) & 0x01) {
+        u.in(RBR);
+        ++read;
+    }
+    CHECK(read == Serial::kRxCapacity + Serial::kFifoSize);  // nothing lost
+    CHECK(u.serial.rx_space() == Serial::kRxCapacity);
+}
