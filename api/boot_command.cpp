@@ -121,12 +121,15 @@ int boot(const BootOptions& options) {
         default_kernel ? fmt::format("guest kernel not built: run {}", kBuildKernelCommand) : "";
     const std::string initrd_hint =
         default_initrd ? fmt::format("guest initramfs not built: run {}", kBuildInitrdCommand) : "";
-    const std::vector<uint8_t> kernel = read_file(kernel_path, "kernel", kernel_hint);
-    const std::vector<uint8_t> initrd = read_file(initrd_path, "initrd", initrd_hint);
     const std::string cmdline = boot_cmdline(options);
     GuestMemory memory = GuestMemory::create(uint64_t{options.memory_mib} * MiB);
-    const LinuxLayout layout =
-        load_linux(memory, {kernel, kernel_path}, {initrd, initrd_path}, cmdline, options.cpus);
+    // The file images are only needed until they are copied into guest RAM: freeing
+    // them here keeps ~6 MiB (kernel + initramfs) out of the VMM's resident set.
+    const LinuxLayout layout = [&] {
+        const std::vector<uint8_t> kernel = read_file(kernel_path, "kernel", kernel_hint);
+        const std::vector<uint8_t> initrd = read_file(initrd_path, "initrd", initrd_hint);
+        return load_linux(memory, {kernel, kernel_path}, {initrd, initrd_path}, cmdline, options.cpus);
+    }();
 
     // 2. Where the console goes.
     Fd console_file;
