@@ -137,6 +137,8 @@ void print_text(const Report& r) {
             const std::string answer = value <= 0 ? "no" : value == 1 ? "yes" : fmt::format("yes ({})", value);
             fmt::print("  {:<28} {:<14} {}\n", cap->name, answer, cap->use);
         }
+    } else {
+        fmt::print("Capabilities\n  (not known: /dev/kvm could not be opened)\n");
     }
     fmt::print("Guest\n");
     fmt::print("  {:<28} {}\n", "kernel", file_line(r.kernel, kBuildKernelCommand));
