@@ -93,7 +93,6 @@ void Serial::fill_fifo() {
         fifo_.push_back(backlog_.front());
         backlog_.pop_front();
     }
-    rx_drained_.notify_all();
 }
 
 void Serial::update_irq() {
@@ -226,11 +225,6 @@ size_t Serial::rx_space_locked() const {
 size_t Serial::rx_space() const {
     std::lock_guard lock(mutex_);
     return rx_space_locked();
-}
-
-bool Serial::wait_for_rx_space(std::chrono::milliseconds timeout) {
-    std::unique_lock lock(mutex_);
-    return rx_drained_.wait_for(lock, timeout, [&] { return backlog_.size() < kRxCapacity; });
 }
 
 }  // namespace nanovm

@@ -18,8 +18,6 @@
 // Sources: TI PC16550D datasheet; Linux drivers/tty/serial/8250.
 #pragma once
 
-#include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -55,8 +53,6 @@ public:
     size_t receive(std::span<const uint8_t> bytes);
     /// Free space in the receive backlog, bytes.
     size_t rx_space() const;
-    /// Waits until the receive backlog has space or `timeout` passes; true if space.
-    bool wait_for_rx_space(std::chrono::milliseconds timeout);
 
 private:
     uint8_t read_register(uint8_t reg);
@@ -72,7 +68,6 @@ private:
     IrqLine& irq_;
     OutputSink output_;
     mutable std::mutex mutex_;
-    std::condition_variable rx_drained_;
     std::deque<uint8_t> backlog_;  // from the host, not yet in the FIFO
     std::deque<uint8_t> fifo_;     // what the guest reads (<= kFifoSize)
     uint8_t ier_ = 0;
