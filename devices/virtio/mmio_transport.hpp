@@ -1,0 +1,107 @@
+// virtio-mmio, version 2 ("modern"; virtio 1.2 §4.2.2): the registers through which
+// the guest discovers one device, negotiates features, sets up its virtqueues and
+// drives the device status state machine (§3.1.1, §2.1). Queue kicks arrive on one
+// eventfd per queue (register them as KVM ioeventfds so QueueNotify writes never
+// reach a vCPU thread; an MMIO write is handled too) and interrupts leave through one
+// eventfd (register it as a KVM irqfd). The Linux guest learns of the device from
+// `virtio_mmio.device=4K@<base>:<gsi>` on its command line.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "devices/bus_device.hpp"
+#include "devices/virtio/device.hpp"
+#include "devices/virtio/queue.hpp"
+#include "vmm/event_loop.hpp"
+#include "vmm/fd.hpp"
+#include "vmm/guest_memory.hpp"
+#include "vmm/log.hpp"
+
+namespace nanovm::virtio {
+
+/// The transport's own state (besides each queue's QueueState): what a snapshot
+/// saves for the registers.
+struct MmioTransportState {
+    uint32_t status = 0;
+    uint32_t device_features_sel = 0;
+    uint32_t driver_features_sel = 0;
+    uint64_t driver_features = 0;
+    uint32_t queue_sel = 0;
+    uint32_t interrupt_status = 0;
+    uint32_t config_generation = 0;
+};
+
+/// One virtio device on a virtio-mmio window of kWindowSize bytes. Register it on the
+/// MMIO bus at its base; not movable (the event loop holds pointers to it).
+class MmioTransport : public BusDevice, private DeviceLink {
+public:
+    /// Offers `device` to the guest. Creates the per-queue notify eventfds and the
+    /// interrupt eventfd and watches the notify ones on `loop`. Throws SysError.
+    MmioTransport(VirtioDevice& device, GuestMemory& memory, EventLoop& loop);
+    /// Resets the device (so no callback runs after) and stops watching.
+    ~MmioTransport() override;
+    MmioTransport(const MmioTransport&) = delete;
+    MmioTransport& operator=(const MmioTransport&) = delete;
+
+    void read(uint64_t offset, std::span<uint8_t> data) override;
+    void write(uint64_t offset, std::span<const uint8_t> data) override;
+
+    /// eventfd that the driver's kick of queue i must signal: register it as a KVM
+    /// ioeventfd on base + kQueueNotify, 4 bytes, datamatch i.
+    int notify_eventfd(uint16_t queue) const { return notify_fds_.at(queue).get(); }
+    uint16_t queue_count() const noexcept { return static_cast<uint16_t>(queues_.size()); }
+    /// eventfd that raises the device's interrupt: register it as a KVM irqfd on its GSI.
+    int interrupt_eventfd() const noexcept { return irq_fd_.get(); }
+    VirtioDevice& device() noexcept { return device_; }
+
+    /// Device status as the driver sees it (Status register).
+    uint32_t status() const noexcept { return status_.load(); }
+    /// Copies of the register state and the queues' state (for snapshots and tests).
+    MmioTransportState state() const;
+    std::vector<QueueState> queue_states() const;
+
+    /// The features offered: device bits | VERSION_1 | EVENT_IDX | INDIRECT_DESC.
+    uint64_t offered_features() const noexcept { return offered_; }
+
+private:
+    // DeviceLink
+    void signal_used() override;
+    void signal_config_change() override;
+    void fail(const std::string& why) override;
+    bool failed() const override { return (status_.load() & status::kDeviceNeedsReset) != 0; }
+
+    uint32_t read_register(uint32_t offset);
+    void write_register(uint32_t offset, uint32_t value);
+    void write_status(uint32_t value);
+    void reset_locked();
+    void on_notify(uint16_t queue);
+    void raise(uint32_t bits);
+    Virtqueue* selected_queue();
+
+    VirtioDevice& device_;
+    GuestMemory& memory_;
+    EventLoop& loop_;
+    const uint64_t offered_;
+    std::vector<Virtqueue> queues_;
+    std::vector<Fd> notify_fds_;
+    Fd irq_fd_;
+
+    mutable std::mutex mutex_;  // register access from vCPU threads
+    std::atomic<uint32_t> status_{0};
+    std::atomic<uint32_t> interrupt_status_{0};
+    std::atomic<uint32_t> config_generation_{0};
+    std::atomic<bool> live_{false};  // DRIVER_OK given and not failed or reset
+    uint32_t device_features_sel_ = 0;
+    uint32_t driver_features_sel_ = 0;
+    uint64_t driver_features_ = 0;
+    uint32_t queue_sel_ = 0;
+    std::unique_ptr<ActiveDevice> active_;  // while DRIVER_OK and not reset
+    RateLimiter log_limit_;
+};
+
+}  // namespace nanovm::virtio
