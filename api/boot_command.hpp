@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "api/device_options.hpp"
+
 namespace nanovm {
 
 /// The options of `nanovm boot` (defaults as documented in --help).
@@ -18,6 +20,12 @@ struct BootOptions {
     uint32_t memory_mib = 1024;          ///< kMinMemoryMib..kMaxMemoryMib
     std::string console;                 ///< empty: stdout
     bool until_ready = false;            ///< add nanovm.until_ready=1
+    std::vector<DiskOption> disks;       ///< virtio-blk disks, /dev/vda first
+    std::string scratch;                 ///< non-empty: 16 GiB sparse scratch disk (created if missing)
+    std::optional<NetOption> net;        ///< virtio-net on a tap
+    std::optional<VsockOption> vsock;    ///< virtio-vsock over a Unix socket
+    bool rng = true;                     ///< virtio-rng (entropy from getrandom)
+    std::string stats;                   ///< non-empty: write device counters (JSON) here at exit
 };
 
 inline constexpr uint32_t kMinCpus = 1, kMaxCpus = 4;
