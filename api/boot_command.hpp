@@ -33,8 +33,9 @@ inline constexpr uint32_t kMinMemoryMib = 128, kMaxMemoryMib = 8192;
 inline constexpr const char* kDefaultCmdline = "console=ttyS0 reboot=k panic=-1 quiet";
 inline constexpr const char* kUntilReadyParam = "nanovm.until_ready=1";
 
-/// The kernel command line for `options`: --cmdline or the default, then
-/// nanovm.until_ready=1 with --until-ready, then each --append.
+/// The kernel command line for `options`: --cmdline or the default, then the
+/// virtio_mmio.device= declarations of the virtio devices, nanovm.until_ready=1 with
+/// --until-ready, then each --append.
 std::string boot_cmdline(const BootOptions& options);
 
 /// Runs the guest to its end; returns the exit status (api/exit_status.hpp). Prints
