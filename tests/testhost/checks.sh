@@ -50,12 +50,14 @@ for shape in 1:128 2:1024 4:4096 4:128 1:4096; do
   fi
 done
 
-# 3. The ready line carries the guest's uptime; --until-ready powers off after it.
+# 3. The ready line carries the guest's uptime; --until-ready powers off after it,
+# and guest-init reports no error on the way (mounts, power-off).
 boot_guest ready --until-ready
-if [ "$status" = 0 ] && grep -Eq '^nanovm-init: ready uptime_ms=[0-9]+ ' "$work/ready.console"; then
-  ok "--until-ready: ready line with uptime, then poweroff with exit 0 ($(grep -o 'uptime_ms=[0-9]*' "$work/ready.console"))"
+if [ "$status" = 0 ] && grep -Eq '^nanovm-init: ready uptime_ms=[0-9]+ ' "$work/ready.console" &&
+   ! grep -q '^nanovm-init: error' "$work/ready.console"; then
+  ok "--until-ready: ready line with uptime, then poweroff with exit 0 and no guest-init error ($(grep -o 'uptime_ms=[0-9]*' "$work/ready.console"))"
 else
-  not_ok "--until-ready: ready line with uptime, then poweroff with exit 0 (exit $status)"
+  not_ok "--until-ready: ready line with uptime, then poweroff with exit 0 and no guest-init error (exit $status)"
   diag "$work/ready.console"; diag "$work/ready.err" 10
 fi
 
