@@ -8,6 +8,7 @@
 #include "devices/virtio/net/net_device.hpp"
 #include "devices/virtio/net/tap.hpp"
 #include "devices/virtio/rng/rng_device.hpp"
+#include "devices/virtio/vsock/vsock_device.hpp"
 #include "vmm/error.hpp"
 
 namespace nanovm {
@@ -71,6 +72,18 @@ VmDevices::VmDevices(const BootOptions& options, Machine& machine, MmioBus& mmio
             devices_.add(std::move(net));
         } catch (const Error& e) {
             throw Error(fmt::format("--net: {}", e.what()));
+        }
+    }
+    if (options.vsock) {
+        try {
+            virtio::vsock::VsockOptions vsock_options;
+            vsock_options.guest_cid = options.vsock->cid;
+            vsock_options.uds_path = options.vsock->path;
+            auto vsock = std::make_unique<virtio::vsock::VsockDevice>(loop_, std::move(vsock_options));
+            vsock_ = vsock.get();
+            devices_.add(std::move(vsock));
+        } catch (const Error& e) {
+            throw Error(fmt::format("--vsock: {}", e.what()));
         }
     }
     if (options.rng) {

@@ -48,6 +48,7 @@ private:
     virtio::MmioDevices devices_;
     std::vector<const virtio::blk::BlockDevice*> disks_;
     const virtio::VirtioDevice* net_ = nullptr;
+    virtio::VirtioDevice* vsock_ = nullptr;
     const virtio::VirtioDevice* rng_ = nullptr;
 };
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Linux-guest checks, run INSIDE the test host (real kvm_amd) by linux_guest_suite.
-# Prints TAP (one line per behaviour). Usage: checks.sh NANOVM KVM_TESTS KERNEL_DIR
+# Prints TAP (one line per behaviour).
+# Usage: checks.sh NANOVM KVM_TESTS KERNEL_DIR DEFAULT_ROOT_DISK TINY_ROOT_DISK
 set -uo pipefail
-nanovm=$1 kvm_tests=$2 kernel_dir=$3
+nanovm=$1 kvm_tests=$2 kernel_dir=$3 default_root=${4:-} tiny_root=${5:-}
 work=${NANOVM_SCRATCH:?checks.sh runs inside tools/testhost/run}/linux-guest-checks
 mkdir -p "$work"
 
@@ -93,3 +94,10 @@ fi
 
 echo "1..$n"
 [ "$failed" = 0 ]
+
+# 7. The virtio devices (tests/testhost/device_checks.sh), in the same test-host boot.
+if [ -n "$default_root" ] && [ -n "$tiny_root" ]; then
+  . "$(dirname "$0")/device_checks.sh"
+else
+  not_ok "virtio device checks: root disks not given (tools/rootfs/build --print-path default|tiny)"
+fi
