@@ -259,6 +259,19 @@ TEST_CASE("virtqueue: direct plus indirect descriptors beyond kMaxChainDescripto
     b.expect_good_chain_after_reset();
 }
 
+TEST_CASE("virtqueue: an indirect table of exactly kMaxChainDescriptors buffers is accepted", "[virtio][queue]") {
+    QueueBench b;
+    std::vector<Descriptor> entries(kMaxChainDescriptors);
+    for (uint32_t i = 0; i < entries.size(); ++i)
+        entries[i] = {kBuffers + i, 1, static_cast<uint16_t>(i + 1 < entries.size() ? kNext : 0),
+                      static_cast<uint16_t>(i + 1)};
+    b.table(kTables, entries);
+    b.ring->set_descriptor(0, {kTables, 16 * kMaxChainDescriptors, kIndirect, 0});
+    const DescriptorChain chain = b.pop_ok();
+    CHECK(chain.readable.size() == kMaxChainDescriptors);
+    CHECK(chain.readable_bytes == kMaxChainDescriptors);
+}
+
 TEST_CASE("virtqueue: an indirect descriptor without VIRTIO_F_INDIRECT_DESC is a QueueError", "[virtio][queue]") {
     QueueBench b(16 * MiB, Negotiated{.indirect = false});
     b.table(kTables, {{kBuffers, 8, 0, 0}});
