@@ -245,6 +245,12 @@ TEST_CASE("EventLoop: a throwing handler is removed and the loop keeps serving o
             throw std::runtime_error("handler bug");
         });
     }
+    SECTION("something that is not a std::exception") {
+        loop.add(bad.get(), EPOLLIN, [&](uint32_t) {
+            ++bad_calls;
+            throw 42;
+        });
+    }
     signal_fd(bad.get());  // never drained: a handler left in place would run forever
     REQUIRE(eventually([&] { return bad_calls == 1; }));
     signal_fd(good.get());
@@ -252,4 +258,31 @@ TEST_CASE("EventLoop: a throwing handler is removed and the loop keeps serving o
     settle(loop);
     CHECK(bad_calls == 1);
     CHECK(sys_error_code([&] { loop.modify(bad.get(), EPOLLIN); }) == ENOENT);
+}
+
+TEST_CASE("EventLoop: a throwing handler that re-registered its fd number leaves the new registration alone",
+          "[vmm][event_loop]") {
+    EventLoop loop;
+    Fd first = make_eventfd();
+    const int number = first.get();
+    Fd second;  // written on the loop thread, read here only after settle()
+    std::atomic<bool> re_registered{false};
+    std::atomic<int> second_calls{0};
+    loop.add(number, EPOLLIN, [&](uint32_t) {
+        loop.remove(number);
+        first.reset();
+        second = Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));  // the lowest free number: the one just closed
+        loop.add(second.get(), EPOLLIN, [&](uint32_t) {
+            drain_fd(second.get());
+            ++second_calls;
+        });
+        re_registered = true;
+        throw std::runtime_error("after re-registering");
+    });
+    signal_fd(number);
+    REQUIRE(eventually([&] { return re_registered.load(); }));
+    settle(loop);
+    REQUIRE(second.get() == number);
+    signal_fd(second.get());
+    CHECK(eventually([&] { return second_calls == 1; }));
 }
