@@ -18,10 +18,14 @@
 
 #include "vmm/error.hpp"
 #include "vmm/event_loop.hpp"
+#include "tests/unit/vmm/event_loop_waits.hpp"
 
 using namespace nanovm;
 
 namespace {
+
+using test::eventually;
+using test::settle;
 
 Fd make_eventfd() {
     Fd fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
@@ -38,23 +42,6 @@ void signal_fd(int fd) {
 void drain_fd(int fd) {
     uint64_t count;
     [[maybe_unused]] const ssize_t n = ::read(fd, &count, sizeof(count));
-}
-
-/// Lets every handler that was due before the call run (see mmio_transport_test.cpp).
-void settle(EventLoop& loop) {
-    loop.run_sync([] {});
-    loop.run_sync([] {});
-}
-
-/// Polls `done` for up to 5 s.
-template <typename Predicate>
-bool eventually(Predicate done) {
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (!done()) {
-        if (std::chrono::steady_clock::now() > end) return false;
-        std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
-    return true;
 }
 
 int sys_error_code(const std::function<void()>& f) {

@@ -6,40 +6,23 @@
 #include <catch2/catch.hpp>
 
 #include <array>
-#include <chrono>
-#include <thread>
 #include <vector>
 
 #include "devices/virtio/mmio_transport.hpp"
 #include "tests/unit/devices/virtio/echo_device.hpp"
 #include "tests/unit/devices/virtio/test_driver.hpp"
+#include "tests/unit/vmm/event_loop_waits.hpp"
 
 using namespace nanovm;
 using namespace nanovm::virtio;
 
 namespace {
 
+using test::eventually;
+using test::settle;
+
 constexpr uint32_t kAckDriver = status::kAcknowledge | status::kDriver;
 constexpr uint64_t kRingBase = 0x10000;  // TestDriver's default ring base
-
-/// Runs every event-loop handler that was due before the call: the first task
-/// runs after the loop's current batch, and a kick written before it is seen by the
-/// epoll_wait that precedes the second.
-void settle(EventLoop& loop) {
-    loop.run_sync([] {});
-    loop.run_sync([] {});
-}
-
-/// Polls `done` for up to 5 s.
-template <typename Predicate>
-bool eventually(Predicate done) {
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (!done()) {
-        if (std::chrono::steady_clock::now() > end) return false;
-        std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
-    return true;
-}
 
 /// One echo device with queues of 16 and 8 entries on its own transport and memory.
 struct TransportBench {
@@ -86,6 +69,13 @@ void set_good_layout(test::TestDriver& driver, uint16_t size) {
     driver.set_reg(mmio::kQueueDescLow, 0x10000);
     driver.set_reg(mmio::kQueueDriverLow, 0x11000);
     driver.set_reg(mmio::kQueueDeviceLow, 0x12000);
+}
+
+/// negotiate(), then queue 0 selected and laid out with `size` entries (not yet ready).
+void negotiate_and_lay_out_queue0(test::TestDriver& driver, uint16_t size) {
+    negotiate(driver);
+    driver.set_reg(mmio::kQueueSel, 0);
+    set_good_layout(driver, size);
 }
 
 }  // namespace
@@ -214,9 +204,7 @@ TEST_CASE("virtio-mmio: queue registers are ignored while the queue is ready or 
           "[virtio][mmio]") {
     EventLoop loop;
     TransportBench b(loop);
-    negotiate(b.driver);
-    b.driver.set_reg(mmio::kQueueSel, 0);
-    set_good_layout(b.driver, 8);
+    negotiate_and_lay_out_queue0(b.driver, 8);
     b.driver.set_reg(mmio::kQueueReady, 1);
     REQUIRE(b.driver.reg(mmio::kQueueReady) == 1);
     const QueueState before = b.transport.queue_states()[0];
@@ -245,9 +233,7 @@ TEST_CASE("virtio-mmio: queue registers are ignored while the queue is ready or 
 TEST_CASE("virtio-mmio: QueueReady with a bad layout sets DEVICE_NEEDS_RESET and interrupts", "[virtio][mmio]") {
     EventLoop loop;
     TransportBench b(loop);
-    negotiate(b.driver);
-    b.driver.set_reg(mmio::kQueueSel, 0);
-    set_good_layout(b.driver, 16);
+    negotiate_and_lay_out_queue0(b.driver, 16);
     SECTION("size not a power of two") { b.driver.set_reg(mmio::kQueueNum, 12); }
     SECTION("size above QueueNumMax") { b.driver.set_reg(mmio::kQueueNum, 32); }
     SECTION("misaligned descriptor table") { b.driver.set_reg(mmio::kQueueDescLow, 0x10008); }
@@ -353,9 +339,7 @@ TEST_CASE("virtio-mmio: Status 0 resets the queues, the registers and the device
 TEST_CASE("virtio-mmio: kicks before DRIVER_OK do not reach the device", "[virtio][mmio]") {
     EventLoop loop;
     TransportBench b(loop);
-    negotiate(b.driver);
-    b.driver.set_reg(mmio::kQueueSel, 0);
-    set_good_layout(b.driver, 16);
+    negotiate_and_lay_out_queue0(b.driver, 16);
     b.driver.set_reg(mmio::kQueueReady, 1);
     b.driver.kick(0);
     b.driver.kick(5);  // no such queue

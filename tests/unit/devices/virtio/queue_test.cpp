@@ -107,6 +107,23 @@ private:
     Negotiated negotiated_;
 };
 
+/// An indirect table of `n` chained one-byte readable buffers at kBuffers, kBuffers + 1...
+std::vector<Descriptor> one_byte_buffers(uint32_t n) {
+    std::vector<Descriptor> entries(n);
+    for (uint32_t i = 0; i < n; ++i)
+        entries[i] = {kBuffers + i, 1, static_cast<uint16_t>(i + 1 < n ? kNext : 0), static_cast<uint16_t>(i + 1)};
+    return entries;
+}
+
+/// Queue `index` of kSize entries with its rings at kRings, + 0x1000 and + 0x2000.
+Virtqueue laid_out_queue(uint16_t index) {
+    Virtqueue q(index, kSize);
+    q.state().desc_table = kRings;
+    q.state().avail_ring = kRings + 0x1000;
+    q.state().used_ring = kRings + 0x2000;
+    return q;
+}
+
 /// Guest RAM with both regions: [0, 3 GiB) and [4 GiB, 4 GiB + 64 MiB). memfd-backed
 /// and sparse, so only the pages a test touches cost memory.
 constexpr uint64_t kTwoRegionRam = 3 * GiB + 64 * MiB;
@@ -248,11 +265,7 @@ TEST_CASE("virtqueue: an indirect table of more than kMaxChainDescriptors entrie
 TEST_CASE("virtqueue: direct plus indirect descriptors beyond kMaxChainDescriptors are a QueueError",
           "[virtio][queue]") {
     QueueBench b;
-    std::vector<Descriptor> entries(kMaxChainDescriptors);
-    for (uint32_t i = 0; i < entries.size(); ++i)
-        entries[i] = {kBuffers + i, 1, static_cast<uint16_t>(i + 1 < entries.size() ? kNext : 0),
-                      static_cast<uint16_t>(i + 1)};
-    b.table(kTables, entries);
+    b.table(kTables, one_byte_buffers(kMaxChainDescriptors));
     b.ring->set_descriptor(0, {kBuffers, 1, kNext, 1});
     b.ring->set_descriptor(1, {kTables, 16 * kMaxChainDescriptors, kIndirect, 0});
     CHECK_THAT(b.pop_error(), Contains("chain from 0 has more than 1024 descriptors"));
@@ -261,11 +274,7 @@ TEST_CASE("virtqueue: direct plus indirect descriptors beyond kMaxChainDescripto
 
 TEST_CASE("virtqueue: an indirect table of exactly kMaxChainDescriptors buffers is accepted", "[virtio][queue]") {
     QueueBench b;
-    std::vector<Descriptor> entries(kMaxChainDescriptors);
-    for (uint32_t i = 0; i < entries.size(); ++i)
-        entries[i] = {kBuffers + i, 1, static_cast<uint16_t>(i + 1 < entries.size() ? kNext : 0),
-                      static_cast<uint16_t>(i + 1)};
-    b.table(kTables, entries);
+    b.table(kTables, one_byte_buffers(kMaxChainDescriptors));
     b.ring->set_descriptor(0, {kTables, 16 * kMaxChainDescriptors, kIndirect, 0});
     const DescriptorChain chain = b.pop_ok();
     CHECK(chain.readable.size() == kMaxChainDescriptors);
@@ -516,10 +525,7 @@ TEST_CASE("virtqueue: enable_notification reports chains that arrived while noti
 
 TEST_CASE("virtqueue: check_layout refuses bad sizes", "[virtio][queue]") {
     GuestMemory memory = GuestMemory::create(16 * MiB);
-    Virtqueue q(0, kSize);
-    q.state().desc_table = kRings;
-    q.state().avail_ring = kRings + 0x1000;
-    q.state().used_ring = kRings + 0x2000;
+    Virtqueue q = laid_out_queue(0);
     CHECK_NOTHROW(q.check_layout(memory));
     for (const uint16_t size : {uint16_t{0}, uint16_t{12}, uint16_t{32}, uint16_t{65535}}) {
         q.state().size = size;
@@ -534,10 +540,7 @@ TEST_CASE("virtqueue: check_layout refuses bad sizes", "[virtio][queue]") {
 
 TEST_CASE("virtqueue: check_layout refuses misaligned rings", "[virtio][queue]") {
     GuestMemory memory = GuestMemory::create(16 * MiB);
-    Virtqueue q(2, kSize);
-    q.state().desc_table = kRings;
-    q.state().avail_ring = kRings + 0x1000;
-    q.state().used_ring = kRings + 0x2000;
+    Virtqueue q = laid_out_queue(2);
     SECTION("descriptor table") {
         q.state().desc_table += 8;
         CHECK_THROWS_WITH(q.check_layout(memory), Contains("queue 2: descriptor table 0x10008 is not 16-byte aligned"));
@@ -554,10 +557,7 @@ TEST_CASE("virtqueue: check_layout refuses misaligned rings", "[virtio][queue]")
 
 TEST_CASE("virtqueue: check_layout refuses rings outside guest RAM", "[virtio][queue]") {
     GuestMemory memory = GuestMemory::create(kTwoRegionRam);
-    Virtqueue q(0, kSize);
-    q.state().desc_table = kRings;
-    q.state().avail_ring = kRings + 0x1000;
-    q.state().used_ring = kRings + 0x2000;
+    Virtqueue q = laid_out_queue(0);
     SECTION("descriptor table running past the end of low RAM") {
         q.state().desc_table = 3 * GiB - 16 * (kSize - 1);
         CHECK_THROWS_WITH(q.check_layout(memory), Contains("descriptor table [0xbfffff10, +0x100) is not inside"));
