@@ -6,6 +6,9 @@
 #include <catch2/catch.hpp>
 
 #include <array>
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "devices/virtio/mmio_transport.hpp"
@@ -345,6 +348,38 @@ TEST_CASE("virtio-mmio: kicks before DRIVER_OK do not reach the device", "[virti
     b.driver.kick(5);  // no such queue
     settle(loop);
     CHECK(b.device.notifies == 0);
+}
+
+TEST_CASE("virtio-mmio: a kick pending when DRIVER_OK is written never reaches the device before activate",
+          "[virtio][mmio]") {
+    EventLoop loop;
+    TransportBench b(loop);
+    negotiate_and_lay_out_queue0(b.driver, 16);
+    b.driver.set_reg(mmio::kQueueReady, 1);
+    // Hold the loop thread so the kick stays pending while DRIVER_OK is written.
+    std::atomic<bool> holding{false}, release{false};
+    loop.post([&] {
+        holding = true;
+        while (!release) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    });
+    REQUIRE(eventually([&] { return holding.load(); }));
+    b.driver.kick(0);  // a hostile driver kicks before DRIVER_OK (§3.1.1 forbids it)
+    std::thread driver_ok([&] {
+        b.driver.set_reg(mmio::kStatus, kAckDriver | status::kFeaturesOk | status::kDriverOk);
+    });
+    REQUIRE(eventually([&] { return (b.transport.status() & status::kDriverOk) != 0; }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the activation is queued behind the hold
+    release = true;
+    driver_ok.join();
+    settle(loop);
+    CHECK(b.device.inactive_notifies == 0);
+    CHECK(b.device.activations == 1);
+    // The device works from here on (the early kick itself may be dropped).
+    b.driver.set_reg(mmio::kStatus, 0);
+    b.clear_rings();
+    REQUIRE(b.driver.bring_up());
+    b.expect_round_trip({1, 2, 3});
+    CHECK(b.device.inactive_notifies == 0);
 }
 
 TEST_CASE("virtio-mmio: a QueueError in queue_notify fails that device only, until the driver resets it",
