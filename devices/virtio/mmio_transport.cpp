@@ -245,6 +245,7 @@ void MmioTransport::reset_locked() {
         active_.reset();
     }
     for (Virtqueue& q : queues_) q.reset();
+    fail_reported_ = false;
     status_ = 0;
     interrupt_status_ = 0;
     device_features_sel_ = driver_features_sel_ = queue_sel_ = 0;
@@ -277,10 +278,16 @@ void MmioTransport::signal_config_change() {
 
 void MmioTransport::fail(const std::string& why) {
     live_ = false;
-    const uint32_t before = status_.fetch_or(status::kDeviceNeedsReset);
-    if (before & status::kDeviceNeedsReset) return;  // logged once per failure
+    if (fail_reported_.exchange(true)) return;  // logged and signalled once per failure
     log_line(fmt::format("{}: {}; device needs reset", device_.name(), why));
-    signal_config_change();  // §2.1.2: tell the driver
+    // §2.1.2: set DEVICE_NEEDS_RESET and send a configuration change notification. The
+    // generation and interrupt status change first, so whoever sees the status bit
+    // also sees the notification.
+    config_generation_.fetch_add(1);
+    interrupt_status_.fetch_or(mmio::kInterruptConfigChange);
+    status_.fetch_or(status::kDeviceNeedsReset);
+    const uint64_t one = 1;
+    [[maybe_unused]] const ssize_t n = ::write(irq_fd_.get(), &one, sizeof(one));
 }
 
 }  // namespace nanovm::virtio

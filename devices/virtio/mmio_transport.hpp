@@ -73,7 +73,7 @@ private:
     void signal_used() override;
     void signal_config_change() override;
     void fail(const std::string& why) override;
-    bool failed() const override { return (status_.load() & status::kDeviceNeedsReset) != 0; }
+    bool failed() const override { return fail_reported_.load(); }
 
     uint32_t read_register(uint32_t offset);
     void write_register(uint32_t offset, uint32_t value);
@@ -95,7 +95,8 @@ private:
     std::atomic<uint32_t> status_{0};
     std::atomic<uint32_t> interrupt_status_{0};
     std::atomic<uint32_t> config_generation_{0};
-    std::atomic<bool> live_{false};  // activated after DRIVER_OK (set on the loop thread), not failed or reset
+    std::atomic<bool> live_{false};
+    std::atomic<bool> fail_reported_{false};  // fail() ran since the last reset  // activated after DRIVER_OK (set on the loop thread), not failed or reset
     uint32_t device_features_sel_ = 0;
     uint32_t driver_features_sel_ = 0;
     uint64_t driver_features_ = 0;

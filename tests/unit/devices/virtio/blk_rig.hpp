@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/temp_dir.hpp"
 #include "devices/virtio/blk/block_device.hpp"
 #include "devices/virtio/mmio_transport.hpp"
 #include "tests/unit/devices/virtio/test_driver.hpp"
@@ -22,25 +23,6 @@
 namespace nanovm::test {
 
 /// A fresh directory under $TMPDIR (or /tmp), removed with its contents.
-class TempDir {
-public:
-    TempDir() {
-        std::string templ = (std::filesystem::temp_directory_path() / "nanovm-blk-XXXXXX").string();
-        if (!::mkdtemp(templ.data())) throw_errno("mkdtemp");
-        path_ = templ;
-    }
-    ~TempDir() {
-        std::error_code ec;
-        std::filesystem::remove_all(path_, ec);
-    }
-    TempDir(const TempDir&) = delete;
-    TempDir& operator=(const TempDir&) = delete;
-    std::string file(const std::string& name) const { return (path_ / name).string(); }
-
-private:
-    std::filesystem::path path_;
-};
-
 /// Creates (or truncates) `path` as a sparse file of `bytes`.
 inline void make_image(const std::string& path, uint64_t bytes) {
     Fd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));

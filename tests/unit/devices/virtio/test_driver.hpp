@@ -113,6 +113,10 @@ public:
         for (uint16_t i = 0; i < transport_.queue_count(); ++i) {
             set_reg(mmio::kQueueSel, i);
             const uint16_t size = queue_size ? queue_size : static_cast<uint16_t>(reg(mmio::kQueueNumMax));
+            // Fresh, zeroed rings, as a driver allocating them anew would have.
+            const uint64_t ring_bytes = (26ull * size + 4096 + 4095) & ~4095ull;
+            memory_.write_bytes(Gpa(base), std::vector<uint8_t>(ring_bytes, 0));
+            next_desc_[i] = 0;
             queues_.emplace_back(memory_, size, base);
             const TestQueue& q = queues_.back();
             set_reg(mmio::kQueueNum, size);

@@ -20,6 +20,7 @@
 
 #include <fmt/format.h>
 
+#include "tests/support/temp_dir.hpp"
 #include "devices/virtio/vsock/vsock_device.hpp"
 #include "tests/unit/devices/virtio/vsock_guest.hpp"
 
@@ -28,16 +29,6 @@ namespace nanovm::test {
 using namespace std::chrono_literals;
 using namespace nanovm::virtio;         // test-only header: the spec's names unqualified
 using namespace nanovm::virtio::vsock;
-
-struct TempDir {
-    std::string path;
-    TempDir() {
-        char name[] = "/tmp/nanovm-vsock-XXXXXX";
-        if (!::mkdtemp(name)) throw std::runtime_error("mkdtemp");
-        path = name;
-    }
-    ~TempDir() { std::filesystem::remove_all(path); }
-};
 
 inline VsockOptions with_path(VsockOptions options, const std::string& dir) {
     options.guest_cid = FakeVsockGuest::kGuestCid;
@@ -56,7 +47,7 @@ struct Rig {
     FakeVsockGuest guest;
 
     explicit Rig(VsockOptions options = {}, uint32_t rx_payload = 4096, uint16_t event_buffers = 4)
-        : device(loop, with_path(options, dir.path)), transport(device, memory, loop), driver(memory, transport),
+        : device(loop, with_path(options, dir.path())), transport(device, memory, loop), driver(memory, transport),
           guest(memory, driver, rx_payload, event_buffers) {}
     std::string path(uint32_t port) const { return fmt::format("{}_{}", device.socket_path(), port); }
     bool needs_reset() { return (transport.status() & status::kDeviceNeedsReset) != 0; }
