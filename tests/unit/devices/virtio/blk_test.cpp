@@ -282,8 +282,11 @@ TEST_CASE("virtio-blk answers IOERR for requests beyond the capacity, overflowin
     const PostedRequest huge = rig.post_write(~0ull >> 9, {test::pattern(512, 1)});  // offset overflows
     const PostedRequest odd = rig.post_read(0, {700});                     // not a multiple of 512
     const PostedRequest odd_w = rig.post_write(0, {test::pattern(100, 1)});
-    REQUIRE(rig.complete(6));
+    const PostedRequest empty = rig.post_read(last + 1, {});               // no sectors, at the end: fine
+    REQUIRE(rig.complete(7));
     CHECK(rig.status(ok) == request_status::kOk);
+    CHECK(rig.status(empty) == request_status::kOk);
+    CHECK(rig.used_of(empty.head)->len == 1);
     for (const PostedRequest* r : {&past, &wrap, &huge, &odd, &odd_w}) {
         CHECK(rig.status(*r) == request_status::kIoErr);
         CHECK(rig.used_of(r->head)->len == 1);
