@@ -14,11 +14,12 @@
 using namespace nanovm;
 using namespace nanovm::virtio;
 using namespace nanovm::virtio::blk;
+namespace fx = nanovm::test::blk_fixture;
 
 namespace {
 
 // Runs `total` requests of `bytes` each with `depth` in flight; returns seconds.
-double run(test::BlkRig& rig, uint32_t type, uint32_t bytes, uint32_t depth, uint32_t total, bool random,
+double run(fx::BlkRig& rig, uint32_t type, uint32_t bytes, uint32_t depth, uint32_t total, bool random,
            uint64_t disk_sectors) {
     test::TestQueue& q = rig.driver.queue(0);
     struct Fixed {
@@ -75,11 +76,11 @@ double run(test::BlkRig& rig, uint32_t type, uint32_t bytes, uint32_t depth, uin
 }  // namespace
 
 TEST_CASE("virtio-blk device throughput against the page cache", "[.][bench]") {
-    test::TempDir dir;
+    fx::TempDir dir;
     const std::string path = dir.file("bench.img");
     constexpr uint64_t kDisk = 256 * MiB;
-    test::make_image(path, kDisk);
-    test::BlkRig rig(BlockOptions{path, false, "bench"}, 512 * MiB);
+    fx::make_image(path, kDisk);
+    fx::BlkRig rig(BlockOptions{path, false, "bench"}, 512 * MiB);
     rig.up();
     const uint64_t sectors = kDisk / 512;
     // Write the whole disk first so reads hit allocated, cached pages.
