@@ -11,16 +11,19 @@
 //   clang++-14 -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -I. \
 //     fuzz/blk_request_fuzz.cpp devices/virtio/blk/blk_request.cpp devices/virtio/queue.cpp \
 //     devices/virtio/chain_io.cpp vmm/guest_memory.cpp vmm/error.cpp -lfmt
-// Seeds: fuzz/blk_request_seeds.py DIR (well-formed chains of every request type).
+// Seeds: fuzz/corpus/blk_request/, written by fuzz/blk_request_seeds.py (well-formed
+// chains of every request type). Or: tools/fuzz/run blk_request.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 
 #include "devices/virtio/blk/blk_request.hpp"
+#include "fuzz/fuzz_support.hpp"
 
 using namespace nanovm;
 using namespace nanovm::virtio;
+using nanovm::fuzz::fuzz_check;
 
 namespace {
 
@@ -72,17 +75,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const auto chain = queue.pop(memory);
         if (!chain) return 0;
         const blk::BlockRequest r = blk::parse_request(memory, *chain, limits);
-        if (!inside(memory, r.status_byte, 1)) __builtin_trap();
+        fuzz_check(inside(memory, r.status_byte, 1), "status byte inside guest RAM");
         uint64_t total = 0;
         for (const iovec& v : r.data) {
-            if (!inside(memory, v.iov_base, v.iov_len)) __builtin_trap();
+            fuzz_check(inside(memory, v.iov_base, v.iov_len), "data iovec inside guest RAM");
             total += v.iov_len;
         }
-        if (r.status == blk::request_status::kOk && total != r.data_bytes) __builtin_trap();
-        if (r.status != blk::request_status::kOk && (!r.data.empty() || !r.ranges.empty())) __builtin_trap();
+        fuzz_check(r.status != blk::request_status::kOk || total == r.data_bytes, "iovecs add up to data_bytes");
+        fuzz_check(r.status == blk::request_status::kOk || (r.data.empty() && r.ranges.empty()),
+                   "a refused request carries no data or ranges");
         for (const blk::ByteRange& range : r.ranges)
-            if (range.offset + range.length > limits.capacity_sectors * blk::kSectorSize) __builtin_trap();
-        if (blk::used_length(r, r.status) == 0) __builtin_trap();
+            fuzz_check(range.offset + range.length <= limits.capacity_sectors * blk::kSectorSize, "range inside the disk");
+        fuzz_check(blk::used_length(r, r.status) >= 1, "used length counts the status byte");
+        fuzz_check(r.status != blk::request_status::kOk || r.offset + (r.type <= 1 ? r.data_bytes : 0) <=
+                                                               limits.capacity_sectors * blk::kSectorSize,
+                   "transfer inside the disk");
     } catch (const QueueError&) {
         // A malformed chain: the device would be failed (NEEDS_RESET). Fine.
     }

@@ -193,6 +193,11 @@ void BlockDevice::start(BlockRequest&& request) {
         answer(request, request_status::kOk);  // nothing can be dirty
         return;
     }
+    const bool transfer = request.type == request_type::kIn || request.type == request_type::kOut;
+    if (transfer && request.data_bytes == 0) {
+        answer(request, request_status::kOk);  // a read or write of no sectors
+        return;
+    }
     const uint16_t slot = free_slots_.back();
     free_slots_.pop_back();
     in_flight_.fetch_add(1, std::memory_order_relaxed);

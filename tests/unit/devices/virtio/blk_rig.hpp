@@ -20,7 +20,8 @@
 #include "tests/unit/devices/virtio/test_driver.hpp"
 #include "vmm/error.hpp"
 
-namespace nanovm::test {
+// Own namespace: tests/unit is one binary, and other rigs define their own TempDir.
+namespace nanovm::test::blk_fixture {
 
 /// A fresh directory under $TMPDIR (or /tmp), removed with its contents.
 /// Creates (or truncates) `path` as a sparse file of `bytes`.
@@ -153,4 +154,4 @@ struct BlkRig {
     uint16_t used = 0;  ///< used elements expected so far
 };
 
-}  // namespace nanovm::test
+}  // namespace nanovm::test::blk_fixture

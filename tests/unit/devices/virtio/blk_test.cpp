@@ -17,9 +17,10 @@
 using namespace nanovm;
 using namespace nanovm::virtio;
 using namespace nanovm::virtio::blk;
-using test::BlkRig;
-using test::PostedRequest;
-using test::TempDir;
+namespace fx = nanovm::test::blk_fixture;
+using fx::BlkRig;
+using fx::PostedRequest;
+using fx::TempDir;
 
 namespace {
 
@@ -34,7 +35,7 @@ uint32_t config_u32(BlkRig& rig, uint32_t offset) { return rig.driver.reg(mmio::
 // Fills the file with non-zero bytes over [offset, +len) and makes them allocated on disk.
 void fill_file(const std::string& path, uint64_t offset, size_t len) {
     Fd fd(::open(path.c_str(), O_RDWR | O_CLOEXEC));
-    const auto bytes = test::pattern(len, 99);
+    const auto bytes = fx::pattern(len, 99);
     REQUIRE(::pwrite(fd.get(), bytes.data(), len, static_cast<off_t>(offset)) == static_cast<ssize_t>(len));
     REQUIRE(::fsync(fd.get()) == 0);
 }
@@ -43,7 +44,7 @@ void fill_file(const std::string& path, uint64_t offset, size_t len) {
 
 TEST_CASE("virtio-blk offers its features and a config space with the capacity and limits") {
     TempDir dir;
-    test::make_image(dir.file("disk.img"), kDiskBytes + 100);  // a partial last sector is not visible
+    fx::make_image(dir.file("disk.img"), kDiskBytes + 100);  // a partial last sector is not visible
     BlkRig rig(disk_options(dir.file("disk.img")));
     CHECK(rig.driver.reg(mmio::kDeviceId) == device_id::kBlock);
     const uint64_t f = rig.driver.device_features();
@@ -67,10 +68,10 @@ TEST_CASE("virtio-blk offers its features and a config space with the capacity a
 TEST_CASE("virtio-blk reads back what it wrote, with both split across several segments") {
     TempDir dir;
     const std::string path = dir.file("disk.img");
-    test::make_image(path, kDiskBytes);
+    fx::make_image(path, kDiskBytes);
     BlkRig rig(disk_options(path));
     rig.up();
-    const auto a = test::pattern(512, 1), b = test::pattern(4096, 2), c = test::pattern(1024, 3);
+    const auto a = fx::pattern(512, 1), b = fx::pattern(4096, 2), c = fx::pattern(1024, 3);
     std::vector<uint8_t> all(a);
     all.insert(all.end(), b.begin(), b.end());
     all.insert(all.end(), c.begin(), c.end());
@@ -79,7 +80,7 @@ TEST_CASE("virtio-blk reads back what it wrote, with both split across several s
     REQUIRE(rig.complete());
     CHECK(rig.status(w) == request_status::kOk);
     CHECK(rig.used_of(w.head)->len == 1);  // only the status byte was written
-    CHECK(test::read_file_range(path, 7 * 512, all.size()) == all);
+    CHECK(fx::read_file_range(path, 7 * 512, all.size()) == all);
 
     const PostedRequest r = rig.post_read(7, {1536, 2048, 2048});
     REQUIRE(rig.complete());
@@ -99,12 +100,12 @@ TEST_CASE("virtio-blk reads back what it wrote, with both split across several s
 TEST_CASE("virtio-blk takes the header, data and status in any descriptor layout") {
     TempDir dir;
     const std::string path = dir.file("disk.img");
-    test::make_image(path, kDiskBytes);
+    fx::make_image(path, kDiskBytes);
     BlkRig rig(disk_options(path));
     rig.up();
     // Write: header split 4 + 12, header's tail and the data in one descriptor.
-    const auto data = test::pattern(1024, 5);
-    const auto h = test::blk_header(request_type::kOut, 3);
+    const auto data = fx::pattern(1024, 5);
+    const auto h = fx::blk_header(request_type::kOut, 3);
     std::vector<uint8_t> tail(h.begin() + 4, h.end());
     tail.insert(tail.end(), data.begin(), data.end());
     const auto w = rig.driver.post(0, {test::TestBuffer::in({h.begin(), h.begin() + 4}), test::TestBuffer::in(tail),
@@ -112,7 +113,7 @@ TEST_CASE("virtio-blk takes the header, data and status in any descriptor layout
     REQUIRE(rig.complete());
     CHECK(rig.driver.read_guest(w.writable_gpas[0], 1)[0] == request_status::kOk);
     // Read: data and status in one writable descriptor of 1025 bytes.
-    const auto r = rig.driver.post(0, {test::TestBuffer::in(test::blk_header(request_type::kIn, 3)),
+    const auto r = rig.driver.post(0, {test::TestBuffer::in(fx::blk_header(request_type::kIn, 3)),
                                        test::TestBuffer::out(1025)});
     REQUIRE(rig.complete());
     const auto got = rig.driver.read_guest(r.writable_gpas[0], 1025);
@@ -124,10 +125,10 @@ TEST_CASE("virtio-blk takes the header, data and status in any descriptor layout
 TEST_CASE("virtio-blk: a flush after a write is exactly one fdatasync of the backing file") {
     TempDir dir;
     const std::string path = dir.file("disk.img");
-    test::make_image(path, kDiskBytes);
+    fx::make_image(path, kDiskBytes);
     BlkRig rig(disk_options(path));
     rig.up();
-    const PostedRequest w = rig.post_write(0, {test::pattern(4096, 9)});
+    const PostedRequest w = rig.post_write(0, {fx::pattern(4096, 9)});
     REQUIRE(rig.complete());
     CHECK(rig.status(w) == request_status::kOk);
     CHECK(rig.device.flush_count() == 0);  // a write alone syncs nothing
@@ -141,7 +142,7 @@ TEST_CASE("virtio-blk: a flush after a write is exactly one fdatasync of the bac
 
 TEST_CASE("virtio-blk GET_ID returns the serial, NUL-padded to 20 bytes") {
     TempDir dir;
-    test::make_image(dir.file("disk.img"), kDiskBytes);
+    fx::make_image(dir.file("disk.img"), kDiskBytes);
     SECTION("short serial") {
         BlkRig rig(disk_options(dir.file("disk.img"), false, "nanovm-scratch"));
         rig.up();
@@ -170,36 +171,36 @@ TEST_CASE("virtio-blk GET_ID returns the serial, NUL-padded to 20 bytes") {
 TEST_CASE("virtio-blk DISCARD punches a hole in the backing file") {
     TempDir dir;
     const std::string path = dir.file("disk.img");
-    test::make_image(path, kDiskBytes);
+    fx::make_image(path, kDiskBytes);
     fill_file(path, 1 * MiB, 2 * MiB);
-    const uint64_t before = test::allocated_blocks(path);
+    const uint64_t before = fx::allocated_blocks(path);
     REQUIRE(before >= 4096);
     BlkRig rig(disk_options(path));
     rig.up();
     const PostedRequest d = rig.post(request_type::kDiscard, 0,
-                                     {test::blk_segments({{2048, 2048, 0}, {4096, 2048, 0}})}, {});
+                                     {fx::blk_segments({{2048, 2048, 0}, {4096, 2048, 0}})}, {});
     REQUIRE(rig.complete());
     CHECK(rig.status(d) == request_status::kOk);
     CHECK(rig.used_of(d.head)->len == 1);
-    const uint64_t after = test::allocated_blocks(path);
+    const uint64_t after = fx::allocated_blocks(path);
     INFO("st_blocks before " << before << ", after " << after);
     CHECK(after + 4000 <= before);
     CHECK(rig.device.counters().discards == 1);
 
     SECTION("the unmap flag on a DISCARD is UNSUPP (virtio 1.2 §5.2.6.2)") {
-        const PostedRequest u = rig.post(request_type::kDiscard, 0, {test::blk_segments({{0, 8, 1}})}, {});
+        const PostedRequest u = rig.post(request_type::kDiscard, 0, {fx::blk_segments({{0, 8, 1}})}, {});
         REQUIRE(rig.complete());
         CHECK(rig.status(u) == request_status::kUnsupp);
     }
     SECTION("more segments than max_discard_seg is IOERR") {
         std::vector<DiscardWriteZeroesSegment> many(BlockDevice::kMaxDiscardSeg + 1, {0, 8, 0});
-        const PostedRequest m = rig.post(request_type::kDiscard, 0, {test::blk_segments(many)}, {});
+        const PostedRequest m = rig.post(request_type::kDiscard, 0, {fx::blk_segments(many)}, {});
         REQUIRE(rig.complete());
         CHECK(rig.status(m) == request_status::kIoErr);
     }
     SECTION("a segment beyond the capacity is IOERR") {
         const PostedRequest m =
-            rig.post(request_type::kDiscard, 0, {test::blk_segments({{kDiskBytes / 512 - 4, 8, 0}})}, {});
+            rig.post(request_type::kDiscard, 0, {fx::blk_segments({{kDiskBytes / 512 - 4, 8, 0}})}, {});
         REQUIRE(rig.complete());
         CHECK(rig.status(m) == request_status::kIoErr);
     }
@@ -208,16 +209,16 @@ TEST_CASE("virtio-blk DISCARD punches a hole in the backing file") {
 TEST_CASE("virtio-blk WRITE_ZEROES reads back zeros, with and without unmap") {
     TempDir dir;
     const std::string path = dir.file("disk.img");
-    test::make_image(path, kDiskBytes);
+    fx::make_image(path, kDiskBytes);
     BlkRig rig(disk_options(path));
     rig.up();
-    const auto data = test::pattern(64 * 1024, 4);
+    const auto data = fx::pattern(64 * 1024, 4);
     const PostedRequest w = rig.post_write(0, {data});
     REQUIRE(rig.complete());
     REQUIRE(rig.status(w) == request_status::kOk);
     // Sectors 8..23 without unmap, 64..127 with unmap; the rest keeps the data.
     const PostedRequest z = rig.post(request_type::kWriteZeroes, 0,
-                                     {test::blk_segments({{8, 16, 0}, {64, 64, kSegmentFlagUnmap}})}, {});
+                                     {fx::blk_segments({{8, 16, 0}, {64, 64, kSegmentFlagUnmap}})}, {});
     REQUIRE(rig.complete());
     CHECK(rig.status(z) == request_status::kOk);
     const PostedRequest r = rig.post_read(0, {64 * 1024});
@@ -232,11 +233,11 @@ TEST_CASE("virtio-blk WRITE_ZEROES reads back zeros, with and without unmap") {
 
 TEST_CASE("virtio-blk: DISCARD and WRITE_ZEROES are UNSUPP when not negotiated") {
     TempDir dir;
-    test::make_image(dir.file("disk.img"), kDiskBytes);
+    fx::make_image(dir.file("disk.img"), kDiskBytes);
     BlkRig rig(disk_options(dir.file("disk.img")));
     rig.up(rig.driver.device_features() & ~(blk::feature::kDiscard | blk::feature::kWriteZeroes));
-    const PostedRequest d = rig.post(request_type::kDiscard, 0, {test::blk_segments({{0, 8, 0}})}, {});
-    const PostedRequest z = rig.post(request_type::kWriteZeroes, 0, {test::blk_segments({{0, 8, 0}})}, {});
+    const PostedRequest d = rig.post(request_type::kDiscard, 0, {fx::blk_segments({{0, 8, 0}})}, {});
+    const PostedRequest z = rig.post(request_type::kWriteZeroes, 0, {fx::blk_segments({{0, 8, 0}})}, {});
     REQUIRE(rig.complete(2));
     CHECK(rig.status(d) == request_status::kUnsupp);
     CHECK(rig.status(z) == request_status::kUnsupp);
@@ -246,17 +247,17 @@ TEST_CASE("virtio-blk: DISCARD and WRITE_ZEROES are UNSUPP when not negotiated")
 TEST_CASE("virtio-blk read-only disk: RO offered, writes are IOERR and change nothing") {
     TempDir dir;
     const std::string path = dir.file("ro.img");
-    test::make_image(path, kDiskBytes);
+    fx::make_image(path, kDiskBytes);
     fill_file(path, 0, 4096);
-    const auto original = test::read_file_range(path, 0, 4096);
+    const auto original = fx::read_file_range(path, 0, 4096);
     ::chmod(path.c_str(), 0400);  // a read-only disk needs only read access
     BlkRig rig(disk_options(path, true));
     const uint64_t f = rig.driver.device_features();
     CHECK((f & blk::feature::kRo) != 0);
     CHECK((f & (blk::feature::kFlush | blk::feature::kDiscard | blk::feature::kWriteZeroes)) == 0);
     rig.up();
-    const PostedRequest w = rig.post_write(0, {test::pattern(4096, 77)});
-    const PostedRequest z = rig.post(request_type::kWriteZeroes, 0, {test::blk_segments({{0, 8, 0}})}, {});
+    const PostedRequest w = rig.post_write(0, {fx::pattern(4096, 77)});
+    const PostedRequest z = rig.post(request_type::kWriteZeroes, 0, {fx::blk_segments({{0, 8, 0}})}, {});
     const PostedRequest fl = rig.post(request_type::kFlush, 0, {}, {});
     const PostedRequest r = rig.post_read(0, {4096});
     REQUIRE(rig.complete(4));
@@ -267,23 +268,26 @@ TEST_CASE("virtio-blk read-only disk: RO offered, writes are IOERR and change no
     CHECK(rig.device.flush_count() == 0);
     CHECK(rig.status(r) == request_status::kOk);
     CHECK(rig.data(r) == original);
-    CHECK(test::read_file_range(path, 0, 4096) == original);
+    CHECK(fx::read_file_range(path, 0, 4096) == original);
 }
 
 TEST_CASE("virtio-blk answers IOERR for requests beyond the capacity, overflowing sectors and odd lengths") {
     TempDir dir;
-    test::make_image(dir.file("disk.img"), kDiskBytes);
+    fx::make_image(dir.file("disk.img"), kDiskBytes);
     BlkRig rig(disk_options(dir.file("disk.img")));
     rig.up();
     const uint64_t last = kDiskBytes / 512 - 1;
     const PostedRequest ok = rig.post_read(last, {512});                   // the last sector: fine
     const PostedRequest past = rig.post_read(last, {1024});                // one sector too far
     const PostedRequest wrap = rig.post_read(~0ull - 1, {1024});           // sector + count overflows
-    const PostedRequest huge = rig.post_write(~0ull >> 9, {test::pattern(512, 1)});  // offset overflows
+    const PostedRequest huge = rig.post_write(~0ull >> 9, {fx::pattern(512, 1)});  // offset overflows
     const PostedRequest odd = rig.post_read(0, {700});                     // not a multiple of 512
-    const PostedRequest odd_w = rig.post_write(0, {test::pattern(100, 1)});
-    REQUIRE(rig.complete(6));
+    const PostedRequest odd_w = rig.post_write(0, {fx::pattern(100, 1)});
+    const PostedRequest empty = rig.post_read(last + 1, {});               // no sectors, at the end: fine
+    REQUIRE(rig.complete(7));
     CHECK(rig.status(ok) == request_status::kOk);
+    CHECK(rig.status(empty) == request_status::kOk);
+    CHECK(rig.used_of(empty.head)->len == 1);
     for (const PostedRequest* r : {&past, &wrap, &huge, &odd, &odd_w}) {
         CHECK(rig.status(*r) == request_status::kIoErr);
         CHECK(rig.used_of(r->head)->len == 1);
@@ -294,15 +298,15 @@ TEST_CASE("virtio-blk answers IOERR for requests beyond the capacity, overflowin
 
 TEST_CASE("virtio-blk answers malformed requests that still have a status byte") {
     TempDir dir;
-    test::make_image(dir.file("disk.img"), kDiskBytes);
+    fx::make_image(dir.file("disk.img"), kDiskBytes);
     BlkRig rig(disk_options(dir.file("disk.img")));
     rig.up();
     // Header only 8 bytes.
     const auto short_header = rig.driver.post(0, {test::TestBuffer::in({0, 0, 0, 0, 0, 0, 0, 0}), test::TestBuffer::out(1)});
     // A read with readable data after the header.
-    const PostedRequest wrong_dir = rig.post(request_type::kIn, 0, {test::pattern(512, 1)}, {512});
+    const PostedRequest wrong_dir = rig.post(request_type::kIn, 0, {fx::pattern(512, 1)}, {512});
     // A write with writable data before the status.
-    const PostedRequest wrong_dir_w = rig.post(request_type::kOut, 0, {test::pattern(512, 1)}, {512});
+    const PostedRequest wrong_dir_w = rig.post(request_type::kOut, 0, {fx::pattern(512, 1)}, {512});
     // An unknown type and GET_LIFETIME.
     const PostedRequest unknown = rig.post(0x1234, 0, {}, {});
     const PostedRequest lifetime = rig.post(request_type::kGetLifetime, 0, {}, {8});
@@ -317,8 +321,8 @@ TEST_CASE("virtio-blk answers malformed requests that still have a status byte")
 
 TEST_CASE("virtio-blk: a chain without a status byte puts the device in NEEDS_RESET; another device keeps working") {
     TempDir dir;
-    test::make_image(dir.file("a.img"), kDiskBytes);
-    test::make_image(dir.file("b.img"), kDiskBytes);
+    fx::make_image(dir.file("a.img"), kDiskBytes);
+    fx::make_image(dir.file("b.img"), kDiskBytes);
     GuestMemory memory = GuestMemory::create(64 * MiB);
     EventLoop loop;
     BlkRig bad(disk_options(dir.file("a.img")), 0, &loop, &memory, 0x10000, 0x100000);
@@ -326,19 +330,19 @@ TEST_CASE("virtio-blk: a chain without a status byte puts the device in NEEDS_RE
     bad.up();
     good.up();
     // Only a readable header: no writable byte, so no status byte to answer in.
-    bad.driver.post(0, {test::TestBuffer::in(test::blk_header(request_type::kFlush, 0))});
+    bad.driver.post(0, {test::TestBuffer::in(fx::blk_header(request_type::kFlush, 0))});
     bad.driver.kick(0);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
     while (!(bad.status_register() & status::kDeviceNeedsReset) && std::chrono::steady_clock::now() < deadline)
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
     CHECK((bad.status_register() & status::kDeviceNeedsReset) != 0);
 
-    const PostedRequest w = good.post_write(1, {test::pattern(512, 3)});
+    const PostedRequest w = good.post_write(1, {fx::pattern(512, 3)});
     REQUIRE(good.complete());
     const PostedRequest r = good.post_read(1, {512});
     REQUIRE(good.complete());
     CHECK(good.status(w) == request_status::kOk);
-    CHECK(good.data(r) == test::pattern(512, 3));
+    CHECK(good.data(r) == fx::pattern(512, 3));
     CHECK((good.status_register() & status::kDeviceNeedsReset) == 0);
 
     // The broken device comes back after the driver resets it.
@@ -351,11 +355,11 @@ TEST_CASE("virtio-blk: a chain without a status byte puts the device in NEEDS_RE
 TEST_CASE("virtio-blk: 64 concurrent requests all complete with the right data") {
     TempDir dir;
     const std::string path = dir.file("disk.img");
-    test::make_image(path, kDiskBytes);
+    fx::make_image(path, kDiskBytes);
     BlkRig rig(disk_options(path));
     rig.up();
     std::vector<PostedRequest> writes;
-    for (uint32_t i = 0; i < 64; ++i) writes.push_back(rig.post_write(i * 16, {test::pattern(8192, i)}));
+    for (uint32_t i = 0; i < 64; ++i) writes.push_back(rig.post_write(i * 16, {fx::pattern(8192, i)}));
     REQUIRE(rig.complete(64));
     for (const auto& w : writes) CHECK(rig.status(w) == request_status::kOk);
     std::vector<PostedRequest> reads;
@@ -369,7 +373,7 @@ TEST_CASE("virtio-blk: 64 concurrent requests all complete with the right data")
     }
     for (uint32_t i = 0; i < 64; ++i) {
         CHECK(rig.status(reads[i]) == request_status::kOk);
-        CHECK(rig.data(reads[i]) == test::pattern(8192, i));
+        CHECK(rig.data(reads[i]) == fx::pattern(8192, i));
     }
     CHECK(rig.device.in_flight() == 0);
     CHECK(rig.device.counters().writes == 64);
@@ -380,8 +384,8 @@ TEST_CASE("virtio-blk reset with requests in flight waits for their I/O and touc
     TempDir dir;
     const std::string path = dir.file("disk.img");
     constexpr uint32_t kRequests = 64;
-    constexpr uint32_t kChunk = 1 * MiB;
-    test::make_image(path, kRequests * uint64_t{kChunk});
+    constexpr uint32_t kChunk = 256 * KiB;
+    fx::make_image(path, kRequests * uint64_t{kChunk});
     fill_file(path, 0, kRequests * kChunk);
     {  // evict the file from the page cache so that the reads really go to the disk
         Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -416,13 +420,13 @@ TEST_CASE("virtio-blk reset with requests in flight waits for their I/O and touc
     const PostedRequest r = rig.post_read(0, {4096});
     REQUIRE(rig.complete());
     CHECK(rig.status(r) == request_status::kOk);
-    CHECK(rig.data(r) == test::read_file_range(path, 0, 4096));
+    CHECK(rig.data(r) == fx::read_file_range(path, 0, 4096));
 }
 
 TEST_CASE("virtio-blk: a read past the end of a file that shrank is IOERR with used length 1") {
     TempDir dir;
     const std::string path = dir.file("disk.img");
-    test::make_image(path, kDiskBytes);
+    fx::make_image(path, kDiskBytes);
     BlkRig rig(disk_options(path));
     rig.up();
     REQUIRE(::truncate(path.c_str(), kDiskBytes - 4096 - 512) == 0);  // behind the device's back
@@ -438,24 +442,24 @@ TEST_CASE("virtio-blk: a read past the end of a file that shrank is IOERR with u
 TEST_CASE("virtio-blk without FLUSH negotiated writes through (RWF_DSYNC) and still works") {
     TempDir dir;
     const std::string path = dir.file("disk.img");
-    test::make_image(path, kDiskBytes);
+    fx::make_image(path, kDiskBytes);
     BlkRig rig(disk_options(path));
     rig.up(rig.driver.device_features() & ~blk::feature::kFlush);
-    const PostedRequest w = rig.post_write(0, {test::pattern(4096, 8)});
-    const PostedRequest z = rig.post(request_type::kWriteZeroes, 0, {test::blk_segments({{16, 8, 0}})}, {});
+    const PostedRequest w = rig.post_write(0, {fx::pattern(4096, 8)});
+    const PostedRequest z = rig.post(request_type::kWriteZeroes, 0, {fx::blk_segments({{16, 8, 0}})}, {});
     REQUIRE(rig.complete(2));
     CHECK(rig.status(w) == request_status::kOk);
     CHECK(rig.status(z) == request_status::kOk);
-    CHECK(test::read_file_range(path, 0, 4096) == test::pattern(4096, 8));
+    CHECK(fx::read_file_range(path, 0, 4096) == fx::pattern(4096, 8));
 }
 
 TEST_CASE("virtio-blk drain() completes everything in flight; state saves and loads") {
     TempDir dir;
     const std::string path = dir.file("disk.img");
-    test::make_image(path, kDiskBytes);
+    fx::make_image(path, kDiskBytes);
     BlkRig rig(disk_options(path));
     rig.up();
-    for (uint32_t i = 0; i < 32; ++i) rig.post_write(i * 8, {test::pattern(4096, i)});
+    for (uint32_t i = 0; i < 32; ++i) rig.post_write(i * 8, {fx::pattern(4096, i)});
     rig.driver.kick(0);
     rig.loop.run_sync([&] { rig.device.drain(); });
     CHECK(rig.device.in_flight() == 0);
@@ -467,7 +471,7 @@ TEST_CASE("virtio-blk drain() completes everything in flight; state saves and lo
     BlockDevice other(disk_options(path));
     other.load_state(state);
     CHECK(other.counters().writes == 32);
-    test::make_image(dir.file("small.img"), kDiskBytes / 2);
+    fx::make_image(dir.file("small.img"), kDiskBytes / 2);
     BlockDevice small(disk_options(dir.file("small.img")));
     CHECK_THROWS_AS(small.load_state(state), Error);
 }
@@ -486,7 +490,7 @@ TEST_CASE("create_sparse_disk makes a 16 GiB file that allocates nothing until w
     BlkRig rig(disk_options(path));
     CHECK(rig.device.capacity_sectors() == 16 * GiB / 512);
     rig.up();
-    const PostedRequest w = rig.post_write(12345678, {test::pattern(4096, 1)});
+    const PostedRequest w = rig.post_write(12345678, {fx::pattern(4096, 1)});
     REQUIRE(rig.complete());
     CHECK(rig.status(w) == request_status::kOk);
     REQUIRE(::stat(path.c_str(), &st) == 0);
@@ -495,11 +499,11 @@ TEST_CASE("create_sparse_disk makes a 16 GiB file that allocates nothing until w
     CHECK(static_cast<uint64_t>(st.st_size) == 16 * GiB);
 
     SECTION("a file of another size is not resized") {
-        test::make_image(dir.file("other.img"), 1 * GiB);
+        fx::make_image(dir.file("other.img"), 1 * GiB);
         CHECK_THROWS_AS(create_sparse_disk(dir.file("other.img")), Error);
     }
     SECTION("an empty file left by a crash is sized") {
-        test::make_image(dir.file("empty.img"), 0);
+        fx::make_image(dir.file("empty.img"), 0);
         CHECK(create_sparse_disk(dir.file("empty.img"), 1 * GiB));
         CHECK(::stat(dir.file("empty.img").c_str(), &st) == 0);
         CHECK(static_cast<uint64_t>(st.st_size) == 1 * GiB);
