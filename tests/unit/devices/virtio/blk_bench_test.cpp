@@ -76,7 +76,7 @@ double run(fx::BlkRig& rig, uint32_t type, uint32_t bytes, uint32_t depth, uint3
 }  // namespace
 
 TEST_CASE("virtio-blk device throughput against the page cache", "[.][bench]") {
-    fx::TempDir dir;
+    nanovm::test::TempDir dir;
     const std::string path = dir.file("bench.img");
     constexpr uint64_t kDisk = 256 * MiB;
     fx::make_image(path, kDisk);

@@ -20,7 +20,7 @@
 #include "tests/unit/devices/virtio/test_driver.hpp"
 #include "vmm/error.hpp"
 
-// Own namespace: tests/unit is one binary, and other rigs define their own TempDir.
+// Own namespace: tests/unit is one binary; helpers with common names must not collide.
 namespace nanovm::test::blk_fixture {
 
 /// A fresh directory under $TMPDIR (or /tmp), removed with its contents.

@@ -20,7 +20,7 @@ using namespace nanovm::virtio::blk;
 namespace fx = nanovm::test::blk_fixture;
 using fx::BlkRig;
 using fx::PostedRequest;
-using fx::TempDir;
+using nanovm::test::TempDir;
 
 namespace {
 
