@@ -17,6 +17,7 @@
 #include "api/exit_status.hpp"
 #include "api/host_console.hpp"
 #include "api/paths.hpp"
+#include "api/vm_devices.hpp"
 #include "devices/bus.hpp"
 #include "devices/irq_line.hpp"
 #include "devices/legacy/legacy_devices.hpp"
@@ -88,6 +89,14 @@ private:
     bool failed_ = false;  // only touched with the UART's lock held
 };
 
+// Writes the device counters for --stats; a failure is reported, not fatal.
+void write_stats(const std::string& path, const std::string& json) {
+    std::ofstream out(path, std::ios::trunc);
+    out << json << '\n';
+    out.close();
+    if (!out) log_line(fmt::format("--stats {}: could not write the device counters", path));
+}
+
 int exit_status_for(const StopReason& reason, GuestOutcome outcome, int stop_signal) {
     switch (outcome) {
         case GuestOutcome::poweroff: return exit_status::kPoweroff;
@@ -153,6 +162,7 @@ int boot(const BootOptions& options) {
     // 4. Devices.
     IoBus pio;
     MmioBus mmio;
+    VmDevices virtio_devices(options, machine, mmio);
     KvmIrqLine com1_irq(machine.vm(), Serial::kCom1Irq);
     LegacyDevices legacy(pio, com1_irq, ConsoleWriter(console_fd), [&machine] {
         machine.request_stop(StopReason{StopReason::Kind::reset, {}, "i8042 reset"});
@@ -172,6 +182,7 @@ int boot(const BootOptions& options) {
     const StopReason reason = machine.run(pio, mmio);
     console.stop();
     raw.restore();
+    if (!options.stats.empty()) write_stats(options.stats, virtio_devices.stats_json());
     return exit_status_for(reason, guest_outcome(reason, legacy.control_port().announcement()), stop_signal.load());
 }
 
@@ -184,6 +195,7 @@ std::string boot_cmdline(const BootOptions& options) {
         if (!cmdline.empty()) cmdline += ' ';
         cmdline += part;
     };
+    add(virtio_cmdline(options));
     if (options.until_ready) add(kUntilReadyParam);
     for (const std::string& part : options.append) add(part);
     return cmdline;

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "api/device_options.hpp"
+
 namespace nanovm {
 
 /// The options of `nanovm boot` (defaults as documented in --help).
@@ -18,6 +20,12 @@ struct BootOptions {
     uint32_t memory_mib = 1024;          ///< kMinMemoryMib..kMaxMemoryMib
     std::string console;                 ///< empty: stdout
     bool until_ready = false;            ///< add nanovm.until_ready=1
+    std::vector<DiskOption> disks;       ///< virtio-blk disks, /dev/vda first
+    std::string scratch;                 ///< non-empty: 16 GiB sparse scratch disk (created if missing)
+    std::optional<NetOption> net;        ///< virtio-net on a tap
+    std::optional<VsockOption> vsock;    ///< virtio-vsock over a Unix socket
+    bool rng = true;                     ///< virtio-rng (entropy from getrandom)
+    std::string stats;                   ///< non-empty: write device counters (JSON) here at exit
 };
 
 inline constexpr uint32_t kMinCpus = 1, kMaxCpus = 4;
@@ -25,8 +33,9 @@ inline constexpr uint32_t kMinMemoryMib = 128, kMaxMemoryMib = 8192;
 inline constexpr const char* kDefaultCmdline = "console=ttyS0 reboot=k panic=-1 quiet";
 inline constexpr const char* kUntilReadyParam = "nanovm.until_ready=1";
 
-/// The kernel command line for `options`: --cmdline or the default, then
-/// nanovm.until_ready=1 with --until-ready, then each --append.
+/// The kernel command line for `options`: --cmdline or the default, then the
+/// virtio_mmio.device= declarations of the virtio devices, nanovm.until_ready=1 with
+/// --until-ready, then each --append.
 std::string boot_cmdline(const BootOptions& options);
 
 /// Runs the guest to its end; returns the exit status (api/exit_status.hpp). Prints

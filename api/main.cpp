@@ -6,6 +6,7 @@
 #include "api/boot_command.hpp"
 #include "api/doctor_command.hpp"
 #include "api/exit_status.hpp"
+#include "vmm/error.hpp"
 #include "vmm/log.hpp"
 
 int main(int argc, char** argv) {
@@ -39,6 +40,26 @@ int main(int argc, char** argv) {
             ->type_name("FILE");
         boot->add_flag("--until-ready", boot_options.until_ready,
                        std::string("Power off once guest-init is ready (adds ") + kUntilReadyParam + ")");
+        std::vector<std::string> disk_specs;
+        std::string net_spec, vsock_spec;
+        bool no_rng = false;
+        boot->add_option("--disk", disk_specs,
+                         "A raw disk image as virtio-blk: PATH[,ro][,serial=ID] (repeatable; the first is "
+                         "/dev/vda)")
+            ->type_name("SPEC");
+        boot->add_option("--scratch", boot_options.scratch,
+                         "A 16 GiB sparse writable scratch disk at FILE (created if missing), after the --disk ones")
+            ->type_name("FILE");
+        boot->add_option("--net", net_spec, "virtio-net on a tap device: TAP[,mac=52:54:00:12:34:56]")
+            ->type_name("SPEC");
+        boot->add_option("--vsock", vsock_spec,
+                         "virtio-vsock with its host side on a Unix socket: PATH[,cid=N] (default cid 3); host "
+                         "programs connect to PATH and send \"CONNECT <port>\\n\"; guest connections to host port P "
+                         "reach PATH_P")
+            ->type_name("SPEC");
+        boot->add_flag("--no-rng", no_rng, "No virtio-rng device");
+        boot->add_option("--stats", boot_options.stats, "At exit, write device counters as JSON to FILE")
+            ->type_name("FILE");
         boot->footer(std::string("Console: guest serial output goes to stdout (or --console FILE); stdin goes to the "
                                  "guest.\nOn a terminal, stdin is in raw mode: Ctrl-C goes to the guest, Ctrl-A x "
                                  "quits nanovm, Ctrl-A Ctrl-A sends Ctrl-A.\n\n") +
@@ -54,7 +75,18 @@ int main(int argc, char** argv) {
             const int code = app.exit(e);  // prints help or the error
             return code == 0 ? 0 : exit_status::kUsage;
         }
-        if (*boot) return run_boot(boot_options);
+        if (*boot) {
+            try {
+                for (const std::string& spec : disk_specs) boot_options.disks.push_back(parse_disk_option(spec));
+                if (!net_spec.empty()) boot_options.net = parse_net_option(net_spec);
+                if (!vsock_spec.empty()) boot_options.vsock = parse_vsock_option(vsock_spec);
+                boot_options.rng = !no_rng;
+            } catch (const Error& e) {
+                log_line(e.what());
+                return exit_status::kUsage;
+            }
+            return run_boot(boot_options);
+        }
         if (*doctor) return run_doctor(doctor_json);
         return exit_status::kUsage;
     } catch (const std::exception& e) {

@@ -1,0 +1,97 @@
+#include "api/vm_devices.hpp"
+
+#include <nlohmann/json.hpp>
+#include <fmt/format.h>
+
+#include "devices/virtio/blk/block_device.hpp"
+#include "devices/virtio/blk/sparse_disk.hpp"
+#include "devices/virtio/rng/rng_device.hpp"
+#include "vmm/error.hpp"
+
+namespace nanovm {
+
+size_t virtio_device_count(const BootOptions& options) {
+    return options.disks.size() + (options.scratch.empty() ? 0 : 1) + (options.net ? 1 : 0) + (options.vsock ? 1 : 0) +
+           (options.rng ? 1 : 0);
+}
+
+std::string virtio_cmdline(const BootOptions& options) {
+    std::string out;
+    const size_t count = virtio_device_count(options);
+    for (size_t i = 0; i < count; ++i) {
+        if (i) out += ' ';
+        out += virtio::virtio_mmio_cmdline_param(static_cast<uint32_t>(i));
+    }
+    return out;
+}
+
+namespace {
+
+// A serial the guest sees in /sys/block/vdX/serial: the file name, cut to 20 bytes.
+std::string default_serial(const std::string& path) {
+    const size_t slash = path.find_last_of('/');
+    std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+    if (name.size() > 20) name.resize(20);
+    return name;
+}
+
+}  // namespace
+
+VmDevices::VmDevices(const BootOptions& options, Machine& machine, MmioBus& mmio)
+    : devices_(machine.vm(), machine.memory(), mmio, loop_) {
+    const auto add_disk = [&](const std::string& option, virtio::blk::BlockOptions disk) {
+        try {
+            auto device = std::make_unique<virtio::blk::BlockDevice>(std::move(disk));
+            disks_.push_back(device.get());
+            devices_.add(std::move(device));
+        } catch (const Error& e) {
+            throw Error(fmt::format("{}: {}", option, e.what()));
+        }
+    };
+    for (const DiskOption& disk : options.disks)
+        add_disk("--disk", {disk.path, disk.read_only, disk.serial.empty() ? default_serial(disk.path) : disk.serial});
+    if (!options.scratch.empty()) {
+        try {
+            virtio::blk::create_sparse_disk(options.scratch);
+        } catch (const Error& e) {
+            throw Error(fmt::format("--scratch: {}", e.what()));
+        }
+        add_disk("--scratch", {options.scratch, false, "scratch"});
+    }
+    if (options.rng) {
+        auto rng = std::make_unique<virtio::RngDevice>();
+        rng_ = rng.get();
+        devices_.add(std::move(rng));
+    }
+    if (devices_.size() != virtio_device_count(options))
+        throw Error(fmt::format("internal: {} virtio devices made, {} declared", devices_.size(),
+                                virtio_device_count(options)));
+}
+
+VmDevices::~VmDevices() = default;
+
+std::string VmDevices::stats_json() const {
+    nlohmann::json out;
+    out["disks"] = nlohmann::json::array();
+    for (const virtio::blk::BlockDevice* disk : disks_) {
+        const virtio::blk::BlockCounters c = disk->counters();
+        out["disks"].push_back({{"path", disk->options().path},
+                                {"read_only", disk->options().read_only},
+                                {"capacity_bytes", disk->capacity_sectors() * 512},
+                                {"reads", c.reads},
+                                {"writes", c.writes},
+                                {"flushes", c.flushes},
+                                {"discards", c.discards},
+                                {"write_zeroes", c.write_zeroes},
+                                {"bytes_read", c.bytes_read},
+                                {"bytes_written", c.bytes_written},
+                                {"io_errors", c.io_errors}});
+    }
+    if (rng_) {
+        const virtio::RngState s = static_cast<const virtio::RngDevice*>(rng_)->save_state();
+        out["rng"] = {{"requests", s.requests}, {"bytes", s.bytes}};
+    }
+    return out.dump();
+}
+
+}  // namespace nanovm

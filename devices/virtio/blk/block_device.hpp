@@ -1,0 +1,174 @@
+// virtio-blk (virtio 1.2 §5.2) over a raw image file, on io_uring: reads and writes go
+// straight between the file and guest RAM (the chain's buffers, as host iovecs),
+// flush is an fdatasync of the file, discard and write-zeroes punch holes. One
+// request queue of 256 entries; up to 256 requests in flight.
+//
+// Threading: everything but the constant config/feature reads and the counters runs
+// on the EventLoop thread (activate, queue_notify, reset, the io_uring completion
+// handler, drain). The ring's completion eventfd is watched on that loop while the
+// device is active.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "devices/virtio/blk/blk_request.hpp"
+#include "devices/virtio/blk/blk_spec.hpp"
+#include "devices/virtio/blk/io_ring.hpp"
+#include "devices/virtio/device.hpp"
+#include "vmm/fd.hpp"
+#include "vmm/log.hpp"
+
+namespace nanovm::virtio::blk {
+
+/// How to open one disk.
+struct BlockOptions {
+    std::string path;         ///< raw image file (a regular file or a block device)
+    bool read_only = false;   ///< open O_RDONLY, offer VIRTIO_BLK_F_RO: every write is IOERR
+    std::string serial;       ///< the GET_ID string, at most 20 bytes (NUL-padded to 20)
+};
+
+/// What the device has done since it was created (or since load_state). Every field
+/// counts requests answered to the driver unless it says otherwise.
+struct BlockCounters {
+    uint64_t reads = 0;         ///< IN completed OK
+    uint64_t writes = 0;        ///< OUT completed OK
+    uint64_t flushes = 0;       ///< FLUSH completed OK = fdatasyncs of the backing file that succeeded
+    uint64_t discards = 0;      ///< DISCARD completed OK
+    uint64_t write_zeroes = 0;  ///< WRITE_ZEROES completed OK
+    uint64_t get_ids = 0;       ///< GET_ID completed OK
+    uint64_t bytes_read = 0;    ///< data bytes of the OK reads
+    uint64_t bytes_written = 0; ///< data bytes of the OK writes
+    uint64_t io_errors = 0;     ///< answered VIRTIO_BLK_S_IOERR (bad request or host I/O error)
+    uint64_t unsupported = 0;   ///< answered VIRTIO_BLK_S_UNSUPP
+    /// Requests in flight when the driver reset the device: their I/O was waited
+    /// for, but they were never returned (the rings were gone).
+    uint64_t dropped_at_reset = 0;
+};
+
+/// The device's snapshot state. Small on purpose: the VM is paused and drain()ed
+/// before a snapshot, so no request is in flight and nothing about the queue lives
+/// here (the transport saves the QueueState). The disk's identity is saved so a
+/// restore onto a different-sized or writable-vs-read-only disk is refused.
+struct BlockState {
+    uint64_t capacity_sectors = 0;  ///< disk size the guest saw, 512-byte sectors
+    bool read_only = false;
+    BlockCounters counters;
+};
+
+/// One virtio-blk device. Give it to an MmioTransport; destroy the transport first
+/// (its destructor resets the device, which waits for in-flight I/O).
+class BlockDevice final : public VirtioDevice {
+public:
+    /// QueueNumMax of the one request queue, and the most requests in flight.
+    static constexpr uint16_t kQueueSize = 256;
+    /// Segments per DISCARD / WRITE_ZEROES request, and sectors per segment (2 GiB).
+    static constexpr uint32_t kMaxDiscardSeg = 32;
+    static constexpr uint32_t kMaxDiscardSectors = 1u << 22;
+
+    /// Opens `options.path` (O_RDWR or O_RDONLY, O_CLOEXEC) and sets up the io_uring.
+    /// Capacity = file size / 512 (a partial last sector is not visible). Throws
+    /// SysError (open, fstat, BLKGETSIZE64, io_uring setup) naming the path, or Error
+    /// if the serial is longer than 20 bytes or the path is not a regular file or
+    /// block device.
+    explicit BlockDevice(BlockOptions options);
+    /// Waits for any I/O still in flight (normally none: the transport reset us).
+    ~BlockDevice() override;
+    BlockDevice(const BlockDevice&) = delete;
+    BlockDevice& operator=(const BlockDevice&) = delete;
+
+    uint32_t device_id() const override;
+    std::string name() const override;
+    /// SEG_MAX, BLK_SIZE and, if writable, FLUSH, DISCARD, WRITE_ZEROES; if
+    /// read-only, RO.
+    uint64_t device_features() const override;
+    std::vector<uint16_t> queue_max_sizes() const override;
+    /// virtio_blk_config (§5.2.4); constant for the device's life.
+    void read_config(uint64_t offset, std::span<uint8_t> data) const override;
+    /// Starts serving the request queue: watches the ring's eventfd on active.loop.
+    /// Chains are taken on kicks (a snapshot is taken after drain(), so a restored
+    /// queue has none waiting). Throws SysError if the loop refuses the fd.
+    void activate(ActiveDevice& active) override;
+    void queue_notify(uint16_t queue) override;
+    /// Waits until every submitted I/O has completed (io_uring_submit_and_wait), drops
+    /// those requests without touching guest memory, stops watching the ring. After
+    /// it returns no I/O of this device reads or writes guest RAM.
+    void reset() noexcept override;
+
+    const BlockOptions& options() const noexcept { return options_; }
+    /// Disk size in 512-byte sectors (the config space's capacity).
+    uint64_t capacity_sectors() const noexcept { return config_.capacity; }
+    /// Successful fdatasyncs for FLUSH requests (= counters().flushes). Any thread.
+    uint64_t flush_count() const noexcept { return counters_.flushes.load(std::memory_order_relaxed); }
+    /// A copy of the counters. Any thread; fields are read one by one (not one snapshot).
+    BlockCounters counters() const noexcept;
+    /// Requests taken from the queue and not yet returned to the driver. Any thread.
+    size_t in_flight() const noexcept { return in_flight_.load(std::memory_order_relaxed); }
+
+    /// For pause (vCPUs stopped): takes every chain the driver has published, kicked
+    /// or not, and completes it and everything already in flight, returning them to
+    /// the driver (with interrupt), so that in_flight() == 0 and the avail ring is
+    /// empty. Loop thread only; a no-op when not active. A malformed chain met
+    /// meanwhile fails the device (DeviceLink::fail) instead of throwing.
+    void drain() noexcept;
+    /// The state to snapshot. Throws Error if requests are in flight (drain() first).
+    BlockState save_state() const;
+    /// Restores the counters. Throws Error if `state` was saved from a disk of another
+    /// capacity or read-only setting. Call before activation.
+    void load_state(const BlockState& state);
+
+private:
+    /// One request in flight: the parsed request and how far its I/O got.
+    struct Slot {
+        BlockRequest request;
+        size_t iov_next = 0;    // IN/OUT: first iovec not completely transferred
+        uint64_t done = 0;      // IN/OUT: bytes transferred
+        size_t range_next = 0;  // DISCARD/WRITE_ZEROES: next range
+        bool zero_range = false;  // the fallocate in flight is a ZERO_RANGE (not a PUNCH_HOLE)
+        bool syncing = false;   // the final write-through fdatasync is in flight
+        uint8_t retries = 0;    // resubmissions after EINTR/EAGAIN
+    };
+    struct AtomicCounters {
+        std::atomic<uint64_t> reads{0}, writes{0}, flushes{0}, discards{0}, write_zeroes{0}, get_ids{0},
+            bytes_read{0}, bytes_written{0}, io_errors{0}, unsupported{0}, dropped_at_reset{0};
+    };
+
+    void process_queue();
+    void start(BlockRequest&& request);
+    void issue(uint16_t slot);
+    void on_completion(uint16_t slot, int result);
+    void finish(uint16_t slot, uint8_t status);
+    void answer(const BlockRequest& request, uint8_t status);
+    void count(const BlockRequest& request, uint8_t status);
+    void reap(bool deliver);
+    void wait_idle(bool deliver);
+    void signal_if_needed();
+    void on_ring_event() noexcept;
+    void fail_device(const std::string& why) noexcept;
+    void log_limited(const std::string& line);
+
+    const BlockOptions options_;
+    Fd file_;
+    Config config_{};
+    uint64_t features_ = 0;
+    IoRing ring_;
+
+    ActiveDevice* active_ = nullptr;  // between activate() and reset()
+    RequestLimits limits_;
+    bool write_through_ = false;      // FLUSH offered but not negotiated: writes must be stable (§5.2.6.2)
+    bool zero_range_supported_ = true;
+
+    std::vector<Slot> slots_;              // kQueueSize, never reallocated (the kernel holds iovec pointers)
+    std::vector<uint16_t> free_slots_;
+    std::atomic<size_t> in_flight_{0};     // busy slots
+    uint32_t sqes_in_flight_ = 0;          // SQEs prepared whose CQE is not reaped yet
+    bool blocked_ = false;                 // stopped popping for lack of slots; completions resume
+    bool pushed_ = false;                  // used elements published since the last interrupt check
+    AtomicCounters counters_;
+    RateLimiter log_limit_;
+};
+
+}  // namespace nanovm::virtio::blk
