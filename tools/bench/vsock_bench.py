@@ -48,6 +48,8 @@ def ensure_vhost_vsock():
 
 def connect_nanovm(path, timeout_s):
     """A stream to the guest's PORT through nanovm's Unix socket (CONNECT handshake)."""
+    if not os.path.exists(path):  # the guest listens, so the VMM has made it by now
+        raise ConnectionError(f"nanovm made no socket at {path} (is --vsock wired into nanovm boot?)")
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(timeout_s)
     s.connect(path)
