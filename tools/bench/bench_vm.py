@@ -135,8 +135,12 @@ def med(xs, digits=2):
     return round(statistics.median(xs), digits) if xs else None
 
 
-def ratio(a, b):
-    return round(a / b, 2) if a and b else None
+def paired_ratio(xs, ys):
+    """Median over runs of xs[i] / ys[i] (None entries: failed runs, skipped). The two
+    boots of one run are adjacent in time, so the machine's load, which drifts a lot on
+    shared build machines, cancels out better than in a ratio of the two medians."""
+    rs = [x / y for x, y in zip(xs, ys) if x and y]
+    return round(statistics.median(rs), 2) if rs else None
 
 
 def fmt(x):

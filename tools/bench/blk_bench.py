@@ -75,7 +75,7 @@ def main():
     ap.add_argument("--nanovm", required=True)
     ap.add_argument("--kernel", required=True)
     ap.add_argument("--initrd", required=True, help="the guest initramfs + the bench cpio")
-    ap.add_argument("--mib", type=int, default=256, help="MiB per sequential pass")
+    ap.add_argument("--mib", type=int, default=512, help="MiB per sequential pass")
     ap.add_argument("--rand-seconds", type=float, default=5.0)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--cpus", type=int, default=1)
@@ -115,6 +115,8 @@ def main():
                 results[name]["boot_s"].append(took)
                 if r is None:
                     results[name]["failed"] += 1
+                    for k in METRICS:
+                        results[name][k].append(None)
                     continue
                 for k in METRICS:
                     results[name][k].append(r[k])
@@ -147,12 +149,13 @@ def main():
             out[f"{name}_blk_{k}"] = row[k]
         out[f"{name}_blk_exec_to_result_s"] = boot_s
         out[f"{name}_failed_runs"] = r["failed"]
-    for k in ("seq_read", "seq_write", "randread"):
-        unit = "iops" if k == "randread" else "mbps"
-        rat = bench_vm.ratio(out.get(f"nanovm_blk_{k}_{unit}"), out.get(f"qemu_blk_{k}_{unit}"))
-        if rat is not None:
-            out[f"nanovm_over_qemu_blk_{k}_ratio"] = rat
-            print(f"nanovm/QEMU {k.replace('_', ' ')}: {rat}")
+    if "nanovm" in results and "qemu" in results:
+        for k in ("seq_read", "seq_write", "randread"):
+            metric = "randread_iops" if k == "randread" else f"{k}_mbps"
+            rat = bench_vm.paired_ratio(results["nanovm"][metric], results["qemu"][metric])
+            if rat is not None:
+                out[f"nanovm_over_qemu_blk_{k}_ratio"] = rat
+                print(f"nanovm/QEMU {k.replace('_', ' ')} (median of per-run ratios): {rat}")
     for n in notes:
         print(f"note: {n}")
     if notes:

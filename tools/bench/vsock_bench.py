@@ -186,6 +186,8 @@ def main():
                 results[name]["up_s"].append(up)
                 if r is None:
                     results[name]["failed"] += 1
+                    for k in metrics:
+                        results[name][k].append(None)
                     continue
                 for k in metrics:
                     results[name][k].append(r[k])
@@ -211,11 +213,12 @@ def main():
         for k in metrics:
             out[f"{name}_vsock_{k}"] = row[k]
         out[f"{name}_failed_runs"] = r["failed"]
-    for k in ("host_to_guest", "guest_to_host"):
-        rat = bench_vm.ratio(out.get(f"nanovm_vsock_{k}_mbps"), out.get(f"qemu_vsock_{k}_mbps"))
-        if rat is not None:
-            out[f"nanovm_over_qemu_vsock_{k}_ratio"] = rat
-            print(f"nanovm/QEMU {k.replace('_', ' ')}: {rat}")
+    if "nanovm" in results and "qemu" in results:
+        for k in ("host_to_guest", "guest_to_host"):
+            rat = bench_vm.paired_ratio(results["nanovm"][f"{k}_mbps"], results["qemu"][f"{k}_mbps"])
+            if rat is not None:
+                out[f"nanovm_over_qemu_vsock_{k}_ratio"] = rat
+                print(f"nanovm/QEMU {k.replace('_', ' ')} (median of per-run ratios): {rat}")
     for n in notes:
         print(f"note: {n}")
     if notes:
