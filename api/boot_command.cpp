@@ -136,7 +136,10 @@ int boot(const BootOptions& options) {
     // them here keeps ~6 MiB (kernel + initramfs) out of the VMM's resident set.
     const LinuxLayout layout = [&] {
         const std::vector<uint8_t> kernel = read_file(kernel_path, "kernel", kernel_hint);
-        const std::vector<uint8_t> initrd = read_file(initrd_path, "initrd", initrd_hint);
+        // A root disk boots without an initramfs unless one is asked for.
+        const std::vector<uint8_t> initrd = options.root_disk && default_initrd
+                                                ? std::vector<uint8_t>{}
+                                                : read_file(initrd_path, "initrd", initrd_hint);
         return load_linux(memory, {kernel, kernel_path}, {initrd, initrd_path}, cmdline, options.cpus);
     }();
 
@@ -195,6 +198,9 @@ std::string boot_cmdline(const BootOptions& options) {
         if (!cmdline.empty()) cmdline += ' ';
         cmdline += part;
     };
+    if (options.root_disk && !options.disks.empty())
+        add(fmt::format("root=/dev/vda rootfstype=ext4 {} init={}", options.disks.front().read_only ? "ro" : "rw",
+                        kRootInit));
     add(virtio_cmdline(options));
     if (options.until_ready) add(kUntilReadyParam);
     for (const std::string& part : options.append) add(part);

@@ -21,6 +21,9 @@ struct BootOptions {
     std::string console;                 ///< empty: stdout
     bool until_ready = false;            ///< add nanovm.until_ready=1
     std::vector<DiskOption> disks;       ///< virtio-blk disks, /dev/vda first
+    /// disks[0] is the root file system (--root): the kernel mounts /dev/vda and runs
+    /// kRootInit from it; no initramfs unless --initrd is given.
+    bool root_disk = false;
     std::string scratch;                 ///< non-empty: 16 GiB sparse scratch disk (created if missing)
     std::optional<NetOption> net;        ///< virtio-net on a tap
     std::optional<VsockOption> vsock;    ///< virtio-vsock over a Unix socket
@@ -31,9 +34,12 @@ struct BootOptions {
 inline constexpr uint32_t kMinCpus = 1, kMaxCpus = 4;
 inline constexpr uint32_t kMinMemoryMib = 128, kMaxMemoryMib = 8192;
 inline constexpr const char* kDefaultCmdline = "console=ttyS0 reboot=k panic=-1 quiet";
+/// guest-init's path on the root disks tools/rootfs/build makes.
+inline constexpr const char* kRootInit = "/sbin/nanovm-init";
 inline constexpr const char* kUntilReadyParam = "nanovm.until_ready=1";
 
-/// The kernel command line for `options`: --cmdline or the default, then the
+/// The kernel command line for `options`: --cmdline or the default, then with --root
+/// "root=/dev/vda rootfstype=ext4 rw|ro init=/sbin/nanovm-init", then the
 /// virtio_mmio.device= declarations of the virtio devices, nanovm.until_ready=1 with
 /// --until-ready, then each --append.
 std::string boot_cmdline(const BootOptions& options);

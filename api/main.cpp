@@ -41,7 +41,12 @@ int main(int argc, char** argv) {
         boot->add_flag("--until-ready", boot_options.until_ready,
                        std::string("Power off once guest-init is ready (adds ") + kUntilReadyParam + ")");
         std::vector<std::string> disk_specs;
-        std::string net_spec, vsock_spec;
+        std::string root_spec, net_spec, vsock_spec;
+        boot->add_option("--root", root_spec,
+                         "Boot from an ext4 root disk (tools/rootfs/build --print-path default|tiny): "
+                         "PATH[,ro][,serial=ID]; it becomes /dev/vda, the kernel runs /sbin/nanovm-init from it, "
+                         "no initramfs unless --initrd. Read-write unless ro: the guest changes the image")
+            ->type_name("SPEC");
         bool no_rng = false;
         boot->add_option("--disk", disk_specs,
                          "A raw disk image as virtio-blk: PATH[,ro][,serial=ID] (repeatable; the first is "
@@ -77,6 +82,10 @@ int main(int argc, char** argv) {
         }
         if (*boot) {
             try {
+                if (!root_spec.empty()) {
+                    boot_options.disks.push_back(parse_disk_option(root_spec));
+                    boot_options.root_disk = true;
+                }
                 for (const std::string& spec : disk_specs) boot_options.disks.push_back(parse_disk_option(spec));
                 if (!net_spec.empty()) boot_options.net = parse_net_option(net_spec);
                 if (!vsock_spec.empty()) boot_options.vsock = parse_vsock_option(vsock_spec);

@@ -5,7 +5,10 @@
 
 #include "devices/virtio/blk/block_device.hpp"
 #include "devices/virtio/blk/sparse_disk.hpp"
+#include "devices/virtio/net/net_device.hpp"
+#include "devices/virtio/net/tap.hpp"
 #include "devices/virtio/rng/rng_device.hpp"
+#include "devices/virtio/vsock/vsock_device.hpp"
 #include "vmm/error.hpp"
 
 namespace nanovm {
@@ -58,6 +61,31 @@ VmDevices::VmDevices(const BootOptions& options, Machine& machine, MmioBus& mmio
         }
         add_disk("--scratch", {options.scratch, false, "scratch"});
     }
+    if (options.net) {
+        try {
+            virtio::net::Tap tap = virtio::net::open_tap(options.net->tap);
+            std::optional<virtio::net::MacAddress> mac;
+            if (options.net->mac) mac = virtio::net::MacAddress{*options.net->mac};
+            auto net = std::make_unique<virtio::net::NetDevice>(std::move(tap.fd),
+                                                                 virtio::net::NetDeviceOptions{tap.name, mac});
+            net_ = net.get();
+            devices_.add(std::move(net));
+        } catch (const Error& e) {
+            throw Error(fmt::format("--net: {}", e.what()));
+        }
+    }
+    if (options.vsock) {
+        try {
+            virtio::vsock::VsockOptions vsock_options;
+            vsock_options.guest_cid = options.vsock->cid;
+            vsock_options.uds_path = options.vsock->path;
+            auto vsock = std::make_unique<virtio::vsock::VsockDevice>(loop_, std::move(vsock_options));
+            vsock_ = vsock.get();
+            devices_.add(std::move(vsock));
+        } catch (const Error& e) {
+            throw Error(fmt::format("--vsock: {}", e.what()));
+        }
+    }
     if (options.rng) {
         auto rng = std::make_unique<virtio::RngDevice>();
         rng_ = rng.get();
@@ -86,6 +114,12 @@ std::string VmDevices::stats_json() const {
                                 {"bytes_read", c.bytes_read},
                                 {"bytes_written", c.bytes_written},
                                 {"io_errors", c.io_errors}});
+    }
+    if (net_) {
+        const virtio::net::NetState s = static_cast<const virtio::net::NetDevice*>(net_)->save_state();
+        out["net"] = {{"mac", s.mac.to_string()}, {"rx_frames", s.rx_frames}, {"rx_bytes", s.rx_bytes},
+                      {"rx_dropped", s.rx_dropped}, {"tx_frames", s.tx_frames}, {"tx_bytes", s.tx_bytes},
+                      {"tx_dropped", s.tx_dropped}};
     }
     if (rng_) {
         const virtio::RngState s = static_cast<const virtio::RngDevice*>(rng_)->save_state();

@@ -47,6 +47,8 @@ private:
     EventLoop loop_;  // before devices_: it must outlive them
     virtio::MmioDevices devices_;
     std::vector<const virtio::blk::BlockDevice*> disks_;
+    const virtio::VirtioDevice* net_ = nullptr;
+    virtio::VirtioDevice* vsock_ = nullptr;
     const virtio::VirtioDevice* rng_ = nullptr;
 };
 

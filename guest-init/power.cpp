@@ -2,6 +2,7 @@
 #include "guest-init/power.hpp"
 
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/reboot.h>
 #include <termios.h>
 #include <time.h>
@@ -91,6 +92,13 @@ void power_down(PowerAction action) {
         if (!wait_for_no_children(kKillWaitMs)) log_error("processes left after SIGKILL");
     }
     ::sync();
+    // A read-write root disk must be left clean (journal checkpointed, nothing to
+    // recover at the next mount): remount it read-only. A no-op for a read-only root
+    // or an initramfs; EBUSY only if a process that survived SIGKILL holds a file
+    // open for writing.
+    if (::mount(nullptr, "/", nullptr, MS_REMOUNT | MS_RDONLY, nullptr) != 0) {
+        log_errno("remount / read-only", errno);
+    }
     // Let the console's transmit buffer drain: the reset would cut what is queued.
     ::tcdrain(STDOUT_FILENO);
     announce(action);

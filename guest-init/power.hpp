@@ -20,7 +20,8 @@ enum class PowerAction { kPoweroff, kReboot };
 std::optional<PowerAction> power_action_for_signal(int sig);
 
 /// sync(); SIGTERM (and SIGCONT) to every process, a short grace period, SIGKILL to
-/// what is left; sync(); announce `action` on the control port; reboot(RB_AUTOBOOT).
+/// what is left; sync(); remount / read-only (a read-write root disk is left clean);
+/// announce `action` on the control port; reboot(RB_AUTOBOOT).
 /// Never returns: should the reboot call fail, it tries RB_POWER_OFF, then sleeps
 /// forever (PID 1 must not exit).
 [[noreturn]] void power_down(PowerAction action);

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <exception>
 #include <future>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -16,8 +17,21 @@
 namespace nanovm {
 
 namespace {
+
 constexpr uint64_t kWakeupId = 0;  // epoll data of the wakeup eventfd
+
+// what() of the exception being handled; call inside a catch block.
+std::string current_exception_message() {
+    try {
+        throw;
+    } catch (const std::exception& e) {
+        return e.what();
+    } catch (...) {
+        return "an exception that is not a std::exception";
+    }
 }
+
+}  // namespace
 
 EventLoop::EventLoop() {
     epoll_ = Fd(::epoll_create1(EPOLL_CLOEXEC));
@@ -67,21 +81,22 @@ void EventLoop::modify(int fd, uint32_t events) {
     if (::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, fd, &ev) != 0) throw_errno("EPOLL_CTL_MOD");
 }
 
+void EventLoop::erase(int fd, uint64_t only_id) {
+    std::lock_guard lock(mutex_);
+    const auto it = by_fd_.find(fd);
+    if (it == by_fd_.end() || (only_id != 0 && it->second != only_id)) return;
+    ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+    entries_.erase(it->second);
+    by_fd_.erase(it);
+}
+
 void EventLoop::remove(int fd) {
-    const auto erase = [this, fd] {
-        std::lock_guard lock(mutex_);
-        const auto it = by_fd_.find(fd);
-        if (it == by_fd_.end()) return;
-        ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
-        entries_.erase(it->second);
-        by_fd_.erase(it);
-    };
     // On the loop thread no other handler can be running; elsewhere, going through
     // the loop guarantees the handler is not mid-call when remove returns.
     if (in_loop_thread()) {
-        erase();
+        erase(fd, 0);
     } else {
-        run_sync(erase);
+        run_sync([this, fd] { erase(fd, 0); });
     }
 }
 
@@ -120,8 +135,8 @@ void EventLoop::drain_tasks() {
     for (auto& task : tasks) {
         try {
             task();
-        } catch (const std::exception& e) {
-            log_line(fmt::format("event loop task failed: {}", e.what()));
+        } catch (...) {
+            log_line(fmt::format("event loop task failed: {}", current_exception_message()));
         }
     }
 }
@@ -151,9 +166,10 @@ void EventLoop::run() noexcept {
             }
             try {
                 entry->handler(events[i].events);
-            } catch (const std::exception& e) {
-                log_line(fmt::format("device handler for fd {} failed: {}; it is removed", entry->fd, e.what()));
-                remove(entry->fd);
+            } catch (...) {
+                log_line(fmt::format("device handler for fd {} failed: {}; it is removed", entry->fd,
+                                     current_exception_message()));
+                erase(entry->fd, id);  // this registration only: the handler may have re-added the fd
             }
         }
         {

@@ -17,7 +17,8 @@
 namespace nanovm {
 
 /// An epoll(7) loop on its own thread. Not copyable or movable. Handlers must not
-/// throw: an exception escaping a handler is logged and the handler is removed.
+/// throw: an exception (of any type) escaping a handler is logged and that handler is
+/// removed; one escaping a posted task is logged.
 class EventLoop {
 public:
     /// Called with the epoll events (EPOLLIN, EPOLLOUT, EPOLLHUP...) that fired.
@@ -55,6 +56,9 @@ private:
     };
     void run() noexcept;
     void wake() noexcept;
+    // Stops watching `fd` if it is registered (and, when only_id != 0, only if under
+    // that registration id). Loop thread.
+    void erase(int fd, uint64_t only_id);
     void drain_tasks();
 
     Fd epoll_;

@@ -225,9 +225,13 @@ void MmioTransport::write_status(uint32_t value) {
     status_.fetch_or(added);
     if ((added & status::kDriverOk) && !failed()) {
         active_ = std::make_unique<ActiveDevice>(ActiveDevice{memory_, queues_, driver_features_, *this, loop_});
-        live_ = true;
         try {
-            loop_.run_sync([this] { device_.activate(*active_); });
+            // live_ turns true on the loop thread right after activate(): a kick still
+            // pending from before DRIVER_OK must not reach the device ahead of activate().
+            loop_.run_sync([this] {
+                device_.activate(*active_);
+                live_ = !failed();
+            });
         } catch (const std::exception& e) {
             fail(fmt::format("activation failed: {}", e.what()));
         }
@@ -250,7 +254,7 @@ void MmioTransport::reset_locked() {
 void MmioTransport::on_notify(uint16_t queue) {
     uint64_t count;
     [[maybe_unused]] const ssize_t n = ::read(notify_fds_[queue].get(), &count, sizeof(count));
-    if (!live_ || !queues_[queue].state().ready) return;
+    if (!live_ || failed() || !queues_[queue].state().ready) return;
     try {
         device_.queue_notify(queue);
     } catch (const std::exception& e) {

@@ -95,7 +95,7 @@ private:
     std::atomic<uint32_t> status_{0};
     std::atomic<uint32_t> interrupt_status_{0};
     std::atomic<uint32_t> config_generation_{0};
-    std::atomic<bool> live_{false};  // DRIVER_OK given and not failed or reset
+    std::atomic<bool> live_{false};  // activated after DRIVER_OK (set on the loop thread), not failed or reset
     uint32_t device_features_sel_ = 0;
     uint32_t driver_features_sel_ = 0;
     uint64_t driver_features_ = 0;

@@ -87,8 +87,6 @@ void Virtqueue::walk(const GuestMemory& memory, DescriptorChain& chain, uint64_t
     uint32_t index = first;
     for (uint32_t steps = 0;; ++steps) {
         if (steps >= count) fail(fmt::format("{} chain from {} loops (more than {} links)", where, first, count));
-        if (++visited > kMaxChainDescriptors)
-            fail(fmt::format("chain from {} has more than {} descriptors", chain.head, kMaxChainDescriptors));
         const auto d = memory.read<Descriptor>(Gpa(table + uint64_t{index} * sizeof(Descriptor)));
         if (d.flags & desc_flags::kIndirect) {
             if (in_indirect) fail(fmt::format("{} {}: nested indirect table", where, index));
@@ -107,6 +105,10 @@ void Virtqueue::walk(const GuestMemory& memory, DescriptorChain& chain, uint64_t
             walk(memory, chain, d.addr, entries, 0, true, visited);
             return;
         }
+        // Buffer descriptors count toward the limit; the one naming an indirect table
+        // does not, so a table of exactly kMaxChainDescriptors entries fits.
+        if (++visited > kMaxChainDescriptors)
+            fail(fmt::format("chain from {} has more than {} descriptors", chain.head, kMaxChainDescriptors));
         if (d.len > 0) {
             if (!memory.contains(Gpa(d.addr), d.len))
                 fail(fmt::format("{} {}: buffer [{:#x}, +{:#x}) is not inside one region of guest RAM", where, index,

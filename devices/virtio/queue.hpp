@@ -59,7 +59,8 @@ struct DescriptorChain {
     uint64_t writable_bytes = 0;  ///< sum of writable lengths
 };
 
-/// The most descriptors one chain may use, indirect ones included.
+/// The most buffer descriptors one chain may use, direct and indirect ones together
+/// (a descriptor that only names an indirect table does not count).
 inline constexpr uint32_t kMaxChainDescriptors = kMaxQueueSize;
 
 /// One split virtqueue of a device. Not thread-safe: a device uses each queue from

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Linux-guest checks, run INSIDE the test host (real kvm_amd) by linux_guest_suite.
-# Prints TAP (one line per behaviour). Usage: checks.sh NANOVM KVM_TESTS KERNEL_DIR
+# Prints TAP (one line per behaviour).
+# Usage: checks.sh NANOVM KVM_TESTS KERNEL_DIR DEFAULT_ROOT_DISK TINY_ROOT_DISK
 set -uo pipefail
-nanovm=$1 kvm_tests=$2 kernel_dir=$3
+nanovm=$1 kvm_tests=$2 kernel_dir=$3 default_root=${4:-} tiny_root=${5:-}
 work=${NANOVM_SCRATCH:?checks.sh runs inside tools/testhost/run}/linux-guest-checks
 mkdir -p "$work"
 
@@ -50,12 +51,14 @@ for shape in 1:128 2:1024 4:4096 4:128 1:4096; do
   fi
 done
 
-# 3. The ready line carries the guest's uptime; --until-ready powers off after it.
+# 3. The ready line carries the guest's uptime; --until-ready powers off after it,
+# and guest-init reports no error on the way (mounts, power-off).
 boot_guest ready --until-ready
-if [ "$status" = 0 ] && grep -Eq '^nanovm-init: ready uptime_ms=[0-9]+ ' "$work/ready.console"; then
-  ok "--until-ready: ready line with uptime, then poweroff with exit 0 ($(grep -o 'uptime_ms=[0-9]*' "$work/ready.console"))"
+if [ "$status" = 0 ] && grep -Eq '^nanovm-init: ready uptime_ms=[0-9]+ ' "$work/ready.console" &&
+   ! grep -q '^nanovm-init: error' "$work/ready.console"; then
+  ok "--until-ready: ready line with uptime, then poweroff with exit 0 and no guest-init error ($(grep -o 'uptime_ms=[0-9]*' "$work/ready.console"))"
 else
-  not_ok "--until-ready: ready line with uptime, then poweroff with exit 0 (exit $status)"
+  not_ok "--until-ready: ready line with uptime, then poweroff with exit 0 and no guest-init error (exit $status)"
   diag "$work/ready.console"; diag "$work/ready.err" 10
 fi
 
@@ -91,3 +94,10 @@ fi
 
 echo "1..$n"
 [ "$failed" = 0 ]
+
+# 7. The virtio devices (tests/testhost/device_checks.sh), in the same test-host boot.
+if [ -n "$default_root" ] && [ -n "$tiny_root" ]; then
+  . "$(dirname "$0")/device_checks.sh"
+else
+  not_ok "virtio device checks: root disks not given (tools/rootfs/build --print-path default|tiny)"
+fi
