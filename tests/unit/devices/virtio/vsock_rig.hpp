@@ -29,14 +29,14 @@ using namespace std::chrono_literals;
 using namespace nanovm::virtio;         // test-only header: the spec's names unqualified
 using namespace nanovm::virtio::vsock;
 
-struct TempDir {
+struct VsockTempDir {
     std::string path;
-    TempDir() {
+    VsockTempDir() {
         char name[] = "/tmp/nanovm-vsock-XXXXXX";
         if (!::mkdtemp(name)) throw std::runtime_error("mkdtemp");
         path = name;
     }
-    ~TempDir() { std::filesystem::remove_all(path); }
+    ~VsockTempDir() { std::filesystem::remove_all(path); }
 };
 
 inline VsockOptions with_path(VsockOptions options, const std::string& dir) {
@@ -47,7 +47,7 @@ inline VsockOptions with_path(VsockOptions options, const std::string& dir) {
 
 // One device on a transport, driven by a fake guest; host sockets under a temp dir.
 struct Rig {
-    TempDir dir;
+    VsockTempDir dir;
     GuestMemory memory = GuestMemory::create(64 * MiB);
     EventLoop loop;
     VsockDevice device;

@@ -323,7 +323,7 @@ TEST_CASE("a tx chain shorter than a header puts the device in NEEDS_RESET; a dr
 }
 
 TEST_CASE("an rx buffer too small for a header puts the device in NEEDS_RESET") {
-    TempDir dir;
+    VsockTempDir dir;
     GuestMemory memory = GuestMemory::create(16 * MiB);
     EventLoop loop;
     VsockDevice device(loop, with_path({}, dir.path));
@@ -516,7 +516,7 @@ TEST_CASE("vsock state keeps the CID and the host port allocator") {
 }
 
 TEST_CASE("the vsock socket path: a dead VMM's stale socket is replaced, a live one is refused") {
-    TempDir dir;
+    VsockTempDir dir;
     EventLoop loop;
     const VsockOptions options = with_path({}, dir.path);
     { Fd stale = host_listen(options.uds_path); }  // closed: the file stays behind
