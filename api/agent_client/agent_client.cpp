@@ -38,9 +38,15 @@ T decoded(const proto::Frame& frame) {
 }
 }  // namespace
 
+namespace {
+// What a request in flight waits for.
+enum RequestKind : int { kExecRequest, kReadRequest, kWriteRequest, kListRequest, kStatRequest, kOkRequest };
+}  // namespace
+
 // One request's answer as it comes in.
 struct AgentClient::Pending {
-    enum Kind { kExec, kRead, kWrite, kList, kStat, kOk };
+    static constexpr int kExec = kExecRequest, kRead = kReadRequest, kWrite = kWriteRequest, kList = kListRequest,
+                         kStat = kStatRequest, kOk = kOkRequest;
     int kind = kOk;
     bool done = false;
     std::optional<proto::ErrorReport> error;
@@ -49,8 +55,41 @@ struct AgentClient::Pending {
     std::function<void(std::string_view)> sink;
     uint64_t count = 0;
     std::vector<proto::DirEntry> entries;
+    bool too_many_entries = false;
     proto::FileInfo info;
 };
+
+namespace {
+// The frames an answer to a request of `kind` may have besides ERROR.
+bool fits(int kind, MessageType type) {
+    switch (type) {
+        case MessageType::kStdout:
+        case MessageType::kStderr:
+        case MessageType::kExit:
+            return kind == kExecRequest;
+        case MessageType::kReadData:
+            return kind == kReadRequest;
+        case MessageType::kDone:
+            return kind == kReadRequest || kind == kWriteRequest || kind == kListRequest;
+        case MessageType::kDirEntries:
+            return kind == kListRequest;
+        case MessageType::kStatReply:
+            return kind == kStatRequest;
+        case MessageType::kOk:
+            return kind == kOkRequest;
+        case MessageType::kError:
+            return true;
+        default:
+            return false;
+    }
+}
+
+void collect(std::string& into, std::string_view data, size_t limit, bool& truncated) {
+    const size_t room = into.size() < limit ? limit - into.size() : 0;
+    if (data.size() > room) truncated = true;
+    into.append(data.substr(0, room));
+}
+}  // namespace
 
 AgentError::AgentError(std::string errno_name, std::string message)
     : std::runtime_error(errno_name + ": " + message), errno_name_(std::move(errno_name)), message_(std::move(message)) {}
@@ -197,18 +236,21 @@ void AgentClient::handle(const proto::Frame& frame) {
     auto it = pending_.find(frame.id);
     if (it == pending_.end()) return;  // an abandoned request's late frames
     Pending& p = *it->second;
+    if (p.done || !fits(p.kind, frame.type))
+        throw ConnectionError(std::string("unexpected ") + proto::message_type_name(frame.type) + " for request " +
+                              std::to_string(frame.id));
     switch (frame.type) {
         case MessageType::kStdout:
             if (p.callbacks.on_stdout)
                 p.callbacks.on_stdout(frame.payload);
             else
-                p.result.stdout_data.append(frame.payload);
+                collect(p.result.stdout_data, frame.payload, limits_.max_collected_output, p.result.output_truncated);
             return;
         case MessageType::kStderr:
             if (p.callbacks.on_stderr)
                 p.callbacks.on_stderr(frame.payload);
             else
-                p.result.stderr_data.append(frame.payload);
+                collect(p.result.stderr_data, frame.payload, limits_.max_collected_output, p.result.output_truncated);
             return;
         case MessageType::kExit: {
             const auto exit = decoded<proto::ExitReport>(frame);
@@ -230,7 +272,13 @@ void AgentClient::handle(const proto::Frame& frame) {
             return;
         case MessageType::kDirEntries: {
             auto batch = decoded<proto::DirEntries>(frame);
-            for (auto& e : batch) p.entries.push_back(std::move(e));
+            if (p.entries.size() + batch.size() > limits_.max_list_entries) {
+                p.too_many_entries = true;
+                p.entries.clear();
+            }
+            if (!p.too_many_entries) {
+                for (auto& e : batch) p.entries.push_back(std::move(e));
+            }
             return;
         }
         case MessageType::kStatReply:
@@ -409,7 +457,11 @@ uint64_t AgentClient::read_file(const std::string& guest_path, const std::functi
 
 std::string AgentClient::read_file(const std::string& guest_path) {
     std::string data;
-    read_file(guest_path, [&data](std::string_view chunk) { data.append(chunk); });
+    bool too_big = false;
+    read_file(guest_path, [&](std::string_view chunk) { collect(data, chunk, limits_.max_collected_output, too_big); });
+    if (too_big)
+        throw AgentError("EFBIG", "read " + guest_path + ": larger than " +
+                                      std::to_string(limits_.max_collected_output) + " bytes (stream it instead)");
     return data;
 }
 
@@ -430,7 +482,11 @@ std::vector<proto::DirEntry> AgentClient::list(const std::string& guest_path) {
     const RequestId id = next_id();
     add_pending(id, Pending::kList);
     send(MessageType::kList, id, proto::encode(proto::PathRequest{guest_path}));
-    return take(id).entries;
+    Pending p = take(id);
+    if (p.too_many_entries)
+        throw AgentError("E2BIG", "list " + guest_path + ": more than " + std::to_string(limits_.max_list_entries) +
+                                      " entries");
+    return std::move(p.entries);
 }
 
 proto::FileInfo AgentClient::stat(const std::string& guest_path, bool follow_symlinks) {

@@ -7,7 +7,9 @@
 // per thread. Callbacks run inside the client's calls (run, wait, read_file...), for
 // any request of the connection whose frames arrive meanwhile. Memory stays bounded:
 // a large file is streamed in 256 KiB frames from a source callback, reads stream
-// into a sink callback, and output is only collected when no callback takes it.
+// into a sink callback, and output is only collected when no callback takes it, up
+// to ClientLimits (the agent runs in the guest, and the guest is not trusted: nothing
+// it sends can make the client allocate without bound).
 //
 // Errors: AgentError for a request the agent refused (its errno name: ENOENT,
 // EACCES...), ConnectionError when the connection or the protocol fails (the client
@@ -100,6 +102,17 @@ struct ExecResult {
     ExitStatus status;
     std::string stdout_data;  ///< collected unless a callback took stdout
     std::string stderr_data;  ///< collected unless a callback took stderr
+    /// More output came than ClientLimits::max_collected_output: the rest was dropped.
+    bool output_truncated = false;
+};
+
+/// What the client keeps in memory for one request at most.
+struct ClientLimits {
+    /// Bytes of stdout (and of stderr) collected into an ExecResult, and of a file
+    /// read whole by read_file(path) (beyond: AgentError EFBIG, client-side).
+    size_t max_collected_output = 64u << 20;
+    /// Entries of one list() (beyond: AgentError E2BIG, client-side).
+    size_t max_list_entries = 1'000'000;
 };
 
 /// Where a command's output goes as it arrives (each a chunk of up to 64 KiB). An
@@ -133,6 +146,8 @@ public:
 
     /// The agent's name and version from HELLO_REPLY.
     const std::string& agent_software() const { return agent_software_; }
+    /// Changes the memory bounds (for requests started from now on).
+    void set_limits(const ClientLimits& limits) { limits_ = limits; }
 
     /// PING round trip: returns how long it took.
     std::chrono::microseconds ping();
@@ -225,6 +240,7 @@ private:
     std::string agent_software_;
     RequestId last_id_ = 0;
     std::unordered_map<RequestId, std::unique_ptr<Pending>> pending_;
+    ClientLimits limits_;
     bool hello_done_ = false;
     bool pong_ = false;
 };

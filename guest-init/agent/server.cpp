@@ -56,6 +56,10 @@ public:
             guest_init::log_errno("agent: " + failure.what, failure.err);
             return 1;
         }
+        if (options_.ready_fd >= 0) {
+            (void)!::write(options_.ready_fd, "1", 1);
+            ::close(options_.ready_fd);
+        }
         poller_.add(signals_.get(), EPOLLIN, [this](uint32_t) { on_signals(); });
         poller_.add(listener_.get(), EPOLLIN, [this](uint32_t) { on_accept(); });
 

@@ -22,6 +22,9 @@ struct ServerOptions {
     bool power_control = false;
     /// Name and version reported in HELLO_REPLY.
     std::string software = "nanovm-agent";
+    /// If >= 0: one byte is written to this fd, which is then closed, once the
+    /// listener is open (PID 1 waits for it before its ready line).
+    int ready_fd = -1;
 };
 
 /// Serves until SIGTERM or SIGINT. Blocks SIGCHLD, SIGTERM and SIGINT (taken through

@@ -384,3 +384,31 @@ TEST_CASE("ping answers", "[agent][exec]") {
         CHECK(e.errno_name() == "EOPNOTSUPP");
     }
 }
+
+TEST_CASE("the client bounds what it collects from a flooding guest", "[agent][exec]") {
+    AgentProcess agent;
+    AgentClient client = agent.connect();
+    client.set_limits(ClientLimits{1u << 20, 10});
+    const ExecResult r = client.run(Command::shell_command("head -c 5000000 /dev/zero; echo err >&2"));
+    CHECK(r.stdout_data.size() == (1u << 20));
+    CHECK(r.stderr_data == "err\n");
+    CHECK(r.output_truncated);
+    CHECK(r.status.success());
+
+    client.write_file(agent.dir() + "/big", std::string(2u << 20, 'b'));
+    try {
+        client.read_file(agent.dir() + "/big");
+        FAIL("no error");
+    } catch (const AgentError& e) {
+        CHECK(e.errno_name() == "EFBIG");
+    }
+    client.mkdir(agent.dir() + "/d");
+    for (int i = 0; i < 11; ++i) client.write_file(agent.dir() + "/d/" + std::to_string(i), "");
+    try {
+        client.list(agent.dir() + "/d");
+        FAIL("no error");
+    } catch (const AgentError& e) {
+        CHECK(e.errno_name() == "E2BIG");
+    }
+    CHECK(client.run(Command::program({"true"})).status.success());
+}
