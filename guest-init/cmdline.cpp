@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 
 namespace nanovm::guest_init {
 namespace {
@@ -91,6 +92,7 @@ BootConfig parse_boot_config(std::string_view cmdline) {
     BootConfig config;
     bool until_ready = false;
     std::optional<std::string> exec;
+    std::optional<uint32_t> agent_port;
     for (const KernelParam& p : split_kernel_params(cmdline)) {
         const std::string key = normalize_key(p.key);
         if (key.compare(0, kKeyPrefix.size(), kKeyPrefix) != 0) continue;
@@ -109,6 +111,18 @@ BootConfig parse_boot_config(std::string_view cmdline) {
             } else {
                 exec = *p.value;
             }
+        } else if (name == "agent") {
+            uint32_t port = 1024;
+            if (p.value) {
+                const std::string& v = *p.value;
+                const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), port);
+                if (v.empty() || ec != std::errc() || end != v.data() + v.size() || port == 0 ||
+                    port == 0xffffffffu) {
+                    config.errors.push_back("nanovm.agent: not a vsock port: \"" + v + "\"");
+                    continue;
+                }
+            }
+            agent_port = port;
         } else {
             config.warnings.push_back("unknown kernel parameter " + p.key + " (ignored)");
         }
@@ -116,9 +130,14 @@ BootConfig parse_boot_config(std::string_view cmdline) {
     if (until_ready) {
         config.mode = BootMode::kUntilReady;
         if (exec) config.warnings.push_back("nanovm.exec ignored: nanovm.until_ready is set");
+        if (agent_port) config.warnings.push_back("nanovm.agent ignored: nanovm.until_ready is set");
     } else if (exec) {
         config.mode = BootMode::kExec;
         config.exec_command = std::move(*exec);
+        if (agent_port) config.warnings.push_back("nanovm.agent ignored: nanovm.exec is set");
+    } else if (agent_port) {
+        config.mode = BootMode::kAgent;
+        config.agent_port = *agent_port;
     }
     return config;
 }

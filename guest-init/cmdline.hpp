@@ -11,11 +11,16 @@
 //   nanovm.exec=<shell command>   run `/bin/sh -c <command>` on the console, print the
 //                                 exit line, power off. Quote it to keep spaces:
 //                                 nanovm.exec="echo hi; uname -a".
-// until_ready wins over exec. Neither: an interactive /bin/sh on the console.
+//   nanovm.agent[=<port>]         serve the guest agent (agent/server.hpp) on vsock
+//                                 <port> (default 1024, proto::kAgentVsockPort) until
+//                                 a power-off or reboot request.
+// until_ready wins over exec, exec over agent. None: an interactive /bin/sh on the
+// console.
 // Unknown nanovm.* keys are warnings (a newer host may pass keys an older guest does
 // not know); a known key with a bad or missing value is an error.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -45,12 +50,14 @@ enum class BootMode {
     kShell,       ///< interactive /bin/sh on the console, power off when it exits
     kUntilReady,  ///< power off right after the ready line
     kExec,        ///< /bin/sh -c <exec_command>, exit line, power off
+    kAgent,       ///< serve the guest agent on vsock port agent_port until powered off
 };
 
 /// guest-init's settings from the command line, with what was wrong with it.
 struct BootConfig {
     BootMode mode = BootMode::kShell;
     std::string exec_command;           ///< set when mode == kExec
+    uint32_t agent_port = 1024;         ///< vsock port when mode == kAgent
     std::vector<std::string> warnings;  ///< e.g. unknown keys; boot goes on
     std::vector<std::string> errors;    ///< bad values; guest-init powers off
 };

@@ -2,9 +2,10 @@
 //
 // Mounts the early filesystems, sets the hostname, brings loopback up, prints the
 // ready line (ready_line.hpp), then does what the kernel command line asks
-// (cmdline.hpp): power off at once, run one shell command, or run an interactive
-// shell, and powers the VM off when that ends (power.hpp). It reaps every zombie
-// all along, and never exits: PID 1 exiting panics the kernel.
+// (cmdline.hpp): power off at once, run one shell command, serve the guest agent
+// (agent/supervisor.hpp), or run an interactive shell, and powers the VM off when
+// that ends (power.hpp). It reaps every zombie all along, and never exits: PID 1
+// exiting panics the kernel.
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "guest-init/agent/supervisor.hpp"
 #include "guest-init/cmdline.hpp"
 #include "guest-init/console.hpp"
 #include "guest-init/mounts.hpp"
@@ -83,6 +85,9 @@ ExitInfo exit_info_from_wait_status(int status) {
         fatal("bad nanovm.* kernel parameters");
     }
 
+    // In agent mode the agent listens before the ready line: a host that saw the
+    // line can connect at once.
+    const pid_t agent = config.mode == BootMode::kAgent ? start_agent(config.agent_port) : -1;
     write_line(format_ready_line(current_ready_info()));
 
     switch (config.mode) {
@@ -92,6 +97,8 @@ ExitInfo exit_info_from_wait_status(int status) {
             run_on_console({"/bin/sh", "-c", config.exec_command}, false);
         case BootMode::kShell:
             run_on_console({"/bin/sh"}, true);
+        case BootMode::kAgent:
+            supervise_agent(agent, config.agent_port);
     }
     fatal("unknown boot mode");
 }

@@ -131,3 +131,32 @@ TEST_CASE("unknown nanovm keys are warnings; other keys are ignored", "[guest-in
     REQUIRE(cfg.warnings.size() == 1);
     CHECK(cfg.warnings[0].find("nanovm.frobnicate") != std::string::npos);
 }
+
+TEST_CASE("nanovm.agent serves the agent on its default or given vsock port", "[guest-init][cmdline]") {
+    BootConfig plain = parse_boot_config("console=ttyS0 nanovm.agent");
+    CHECK(plain.mode == BootMode::kAgent);
+    CHECK(plain.agent_port == 1024);
+    CHECK(plain.errors.empty());
+    CHECK(plain.warnings.empty());
+    BootConfig port = parse_boot_config("nanovm.agent=5000");
+    CHECK(port.mode == BootMode::kAgent);
+    CHECK(port.agent_port == 5000);
+}
+
+TEST_CASE("nanovm.agent with a bad port is an error", "[guest-init][cmdline]") {
+    for (const char* line : {"nanovm.agent=", "nanovm.agent=0", "nanovm.agent=x1", "nanovm.agent=4294967295",
+                             "nanovm.agent=99999999999"}) {
+        INFO(line);
+        BootConfig cfg = parse_boot_config(line);
+        CHECK(cfg.errors.size() == 1);
+        CHECK(cfg.mode == BootMode::kShell);
+    }
+}
+
+TEST_CASE("exec and until_ready win over agent, with a warning", "[guest-init][cmdline]") {
+    BootConfig exec = parse_boot_config("nanovm.agent nanovm.exec=true");
+    CHECK(exec.mode == BootMode::kExec);
+    REQUIRE(exec.warnings.size() == 1);
+    CHECK(exec.warnings[0].find("nanovm.agent") != std::string::npos);
+    CHECK(parse_boot_config("nanovm.agent nanovm.until_ready").mode == BootMode::kUntilReady);
+}

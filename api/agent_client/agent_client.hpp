@@ -1,0 +1,248 @@
+// The host side of the guest agent protocol (guest-init/protocol/): run commands,
+// move files and keep shell sessions in a VM (or in a nanovm-agent host process).
+// Used by the CLI and, later, nanovmd.
+//
+// One AgentClient is one connection; many requests can be in flight on it at once
+// (start() several commands, then wait() for each). It is not thread-safe: use one
+// per thread. Callbacks run inside the client's calls (run, wait, read_file...), for
+// any request of the connection whose frames arrive meanwhile. Memory stays bounded:
+// a large file is streamed in 256 KiB frames from a source callback, reads stream
+// into a sink callback, and output is only collected when no callback takes it, up
+// to ClientLimits (the agent runs in the guest, and the guest is not trusted: nothing
+// it sends can make the client allocate without bound).
+//
+// Errors: AgentError for a request the agent refused (its errno name: ENOENT,
+// EACCES...), ConnectionError when the connection or the protocol fails (the client
+// is unusable after that), std::system_error when connecting fails.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "api/agent_client/endpoint.hpp"
+#include "guest-init/protocol/frame_io.hpp"
+#include "guest-init/protocol/messages.hpp"
+#include "vmm/fd.hpp"
+
+namespace nanovm::agent {
+
+/// The agent answered a request with ERROR.
+class AgentError : public std::runtime_error {
+public:
+    AgentError(std::string errno_name, std::string message);
+    /// "ENOENT", "EACCES"...
+    const std::string& errno_name() const { return errno_name_; }
+    /// The errno value of that name on this host, 0 if unknown.
+    int errno_value() const;
+    /// What the agent was doing, e.g. "open /etc/x".
+    const std::string& message() const { return message_; }
+
+private:
+    std::string errno_name_;
+    std::string message_;
+};
+
+/// The connection broke, or the agent broke the protocol (or closed the connection
+/// with a fatal ERROR, whose text is in what()).
+class ConnectionError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+/// A command to run.
+struct Command {
+    /// Program and arguments; argv[0] without '/' is looked up on the command's PATH.
+    std::vector<std::string> argv;
+    /// Or, when non-empty (argv then empty): `/bin/sh -c <shell>`.
+    std::string shell;
+    /// "KEY=VALUE" set over the agent's base environment (HOME, PATH, TERM, SHELL,
+    /// USER, LOGNAME), or over nothing with clear_env.
+    std::vector<std::string> env;
+    bool clear_env = false;
+    /// Working directory in the guest; "" means "/".
+    std::string cwd;
+    /// Run as this user / group (supplementary groups dropped).
+    std::optional<uint32_t> uid;
+    std::optional<uint32_t> gid;
+    /// Bytes for stdin, sent then closed (EOF). Without it and without stdin_stream,
+    /// stdin is /dev/null.
+    std::optional<std::string> stdin_data;
+    /// With start(): stdin is fed by send_stdin() until close_stdin().
+    bool stdin_stream = false;
+    /// SIGKILL to the whole process group after this long; 0: no limit.
+    std::chrono::milliseconds timeout{0};
+
+    /// A program with arguments.
+    static Command program(std::vector<std::string> argv);
+    /// A shell command line.
+    static Command shell_command(std::string line);
+};
+
+/// How a command ended.
+struct ExitStatus {
+    bool signaled = false;   ///< killed by a signal
+    int value = 0;           ///< the exit code (0..255), or the signal number
+    bool timed_out = false;  ///< killed because its timeout passed
+
+    /// The shell's convention: the exit code, or 128 + the signal number.
+    int shell_code() const { return signaled ? 128 + value : value; }
+    bool success() const { return !signaled && value == 0; }
+};
+
+/// A finished command.
+struct ExecResult {
+    ExitStatus status;
+    std::string stdout_data;  ///< collected unless a callback took stdout
+    std::string stderr_data;  ///< collected unless a callback took stderr
+    /// More output came than ClientLimits::max_collected_output: the rest was dropped.
+    bool output_truncated = false;
+};
+
+/// What the client keeps in memory for one request at most.
+struct ClientLimits {
+    /// Bytes of stdout (and of stderr) collected into an ExecResult, and of a file
+    /// read whole by read_file(path) (beyond: AgentError EFBIG, client-side).
+    size_t max_collected_output = 64u << 20;
+    /// Entries of one list() (beyond: AgentError E2BIG, client-side).
+    size_t max_list_entries = 1'000'000;
+};
+
+/// Where a command's output goes as it arrives (each a chunk of up to 64 KiB). An
+/// unset callback leaves that stream to be collected in ExecResult.
+struct OutputCallbacks {
+    std::function<void(std::string_view)> on_stdout;
+    std::function<void(std::string_view)> on_stderr;
+};
+
+/// How write_file creates the file.
+struct WriteOptions {
+    uint32_t mode = 0644;  ///< permission bits (umask not applied)
+    bool sync = false;     ///< fsync before the rename
+};
+
+/// A request in flight on a connection.
+using RequestId = uint32_t;
+
+/// One connection to a guest agent.
+class AgentClient {
+public:
+    /// Connects, does the HELLO exchange, within `timeout`. Throws std::system_error
+    /// (connect), std::runtime_error (vsock handshake refused), ConnectionError (HELLO
+    /// refused: version mismatch).
+    static AgentClient connect(const Endpoint& endpoint,
+                               std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+    AgentClient(AgentClient&&) noexcept;
+    AgentClient& operator=(AgentClient&&) noexcept;
+    ~AgentClient();
+
+    /// The agent's name and version from HELLO_REPLY.
+    const std::string& agent_software() const { return agent_software_; }
+    /// Changes the memory bounds (for requests started from now on).
+    void set_limits(const ClientLimits& limits) { limits_ = limits; }
+
+    /// PING round trip: returns how long it took.
+    std::chrono::microseconds ping();
+
+    /// Runs a command to its end: start() + wait().
+    ExecResult run(const Command& command, const OutputCallbacks& callbacks = {});
+    /// Starts a command (stdin_data is sent right away). The answer comes in wait().
+    RequestId start(const Command& command, OutputCallbacks callbacks = {});
+    /// Feeds stdin of a command started with stdin_stream.
+    void send_stdin(RequestId id, std::string_view data);
+    /// Closes that stdin (EOF for the command).
+    void close_stdin(RequestId id);
+    /// Sends `signal` to the command's process group (a session run: to the shell's
+    /// descendants).
+    void send_signal(RequestId id, int signal);
+    /// Kills the command (SIGKILL); wait() still returns its ExitStatus.
+    void cancel(RequestId id);
+    /// Waits for a started command (or session run) to end. Throws AgentError if it
+    /// could not start (ENOENT: no such program or cwd, EACCES, EPERM...).
+    ExecResult wait(RequestId id);
+    /// True once the answer of `id` is in (wait() will not block).
+    bool done(RequestId id) const;
+    /// Handles what has arrived, waiting up to `timeout` for something (0: just what
+    /// is there). For callers that start() several commands and poll.
+    void poll(std::chrono::milliseconds timeout);
+
+    /// Writes a guest file from `source` (called with a buffer and its size; returns
+    /// how many bytes it put there, 0 at the end). The file appears whole or not at
+    /// all (temp file + rename). Returns the bytes written.
+    uint64_t write_file(const std::string& guest_path, const std::function<size_t(char*, size_t)>& source,
+                        const WriteOptions& options = {});
+    /// Writes `data` to a guest file.
+    uint64_t write_file(const std::string& guest_path, std::string_view data, const WriteOptions& options = {});
+    /// Copies a host file into the guest (mode: the host file's, unless given).
+    uint64_t upload(const std::string& host_path, const std::string& guest_path,
+                    std::optional<WriteOptions> options = std::nullopt);
+    /// Reads a guest file into `sink` in chunks of up to 256 KiB. Returns its size.
+    uint64_t read_file(const std::string& guest_path, const std::function<void(std::string_view)>& sink);
+    /// Reads a (small) guest file whole.
+    std::string read_file(const std::string& guest_path);
+    /// Copies a guest file to a host file (written in place). Returns the bytes.
+    uint64_t download(const std::string& guest_path, const std::string& host_path);
+    /// The entries of a guest directory (without "." and "..", in no particular order).
+    std::vector<proto::DirEntry> list(const std::string& guest_path);
+    /// stat (or lstat) of a guest path.
+    proto::FileInfo stat(const std::string& guest_path, bool follow_symlinks = true);
+    /// mkdir (-p with `parents`).
+    void mkdir(const std::string& guest_path, uint32_t mode = 0755, bool parents = true);
+    /// rm (-r with `recursive`).
+    void remove(const std::string& guest_path, bool recursive = false);
+    /// chmod.
+    void chmod(const std::string& guest_path, uint32_t mode);
+
+    /// Starts a persistent shell named `name` (cwd "" = "/", env over the base).
+    void open_session(const std::string& name, const std::string& cwd = "",
+                      const std::vector<std::string>& env = {});
+    /// Runs shell text in the session and waits for it (cwd and variables carry
+    /// over between runs). A command killed by signal N reports exit code 128+N.
+    ExecResult run_in_session(const std::string& name, const std::string& command,
+                              std::chrono::milliseconds timeout = {}, const OutputCallbacks& callbacks = {});
+    /// Starts shell text in the session; wait() for it.
+    RequestId start_in_session(const std::string& name, const std::string& command,
+                               std::chrono::milliseconds timeout = {}, OutputCallbacks callbacks = {});
+    /// Ends the session (its running command, if any, is killed).
+    void close_session(const std::string& name);
+
+    /// Asks the guest to power off or reboot (AgentError EOPNOTSUPP from a host agent).
+    void shutdown(proto::ShutdownRequest::Action action = proto::ShutdownRequest::Action::kPoweroff);
+
+private:
+    struct Pending;
+    explicit AgentClient(Fd socket);
+    void hello(std::chrono::milliseconds timeout);
+
+    RequestId next_id();
+    Pending& add_pending(RequestId id, int kind);
+    void send(proto::MessageType type, uint32_t id, std::string_view payload);
+    void pump(int timeout_ms);
+    void write_some();
+    void read_some();
+    void handle(const proto::Frame& frame);
+    void wait_done(RequestId id);
+    Pending take(RequestId id);
+    ExecResult exec_result(Pending& pending);
+    void simple_request(proto::MessageType type, const std::string& payload);
+
+    Fd socket_;
+    proto::FrameParser parser_;
+    proto::FrameOutput output_;
+    std::string agent_software_;
+    RequestId last_id_ = 0;
+    std::unordered_map<RequestId, std::unique_ptr<Pending>> pending_;
+    ClientLimits limits_;
+    bool hello_done_ = false;
+    bool pong_ = false;
+};
+
+}  // namespace nanovm::agent

@@ -1,0 +1,106 @@
+// The guest agent protocol's framing: what every frame looks like on the byte stream,
+// the message types, and the limits. Shared by the agent (guest-init/agent/, built
+// without exceptions) and the host client (api/agent_client/): standard headers only,
+// nothing here throws.
+//
+// Transport: one byte stream per connection (a vsock stream in a guest, a Unix socket
+// when the agent runs as a host process). Many requests are multiplexed on one
+// connection, each under a request id the client picks; messages.hpp describes the
+// payloads and the frames each request exchanges.
+//
+// Frame layout (all integers little-endian):
+//
+//     offset 0  u32  payload length in bytes, 0 .. kMaxPayload
+//     offset 4  u8   message type (MessageType)
+//     offset 5  u32  request id (0: the connection itself: HELLO, PING, fatal errors)
+//     offset 9  payload
+//
+// A reader checks the type and the length as soon as the 9 header bytes are in: an
+// unknown type (or one that flows the other way) or a length above kMaxPayload is a
+// protocol error, as is a connection that ends inside a frame. On a protocol error
+// the agent sends ERROR (id 0) and closes that connection; other connections go on.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace nanovm::agent::proto {
+
+/// The protocol version this code speaks. HELLO negotiates it (messages.hpp).
+inline constexpr uint32_t kProtocolVersion = 1;
+
+/// The vsock port the agent listens on inside a guest (host side: write
+/// `CONNECT 1024\n` to the VMM's vsock Unix socket).
+inline constexpr uint32_t kAgentVsockPort = 1024;
+
+/// Bytes of a frame header.
+inline constexpr size_t kFrameHeaderSize = 9;
+
+/// The largest payload a frame may carry, bytes (1 MiB).
+inline constexpr uint32_t kMaxPayload = 1u << 20;
+
+/// The request id of connection-level frames (HELLO, PING/PONG, fatal ERROR).
+inline constexpr uint32_t kConnectionId = 0;
+
+/// Message types. 0x01-0x7f flow from the client (host) to the agent, 0x80-0xff
+/// from the agent to the client. Payload encodings: messages.hpp.
+enum class MessageType : uint8_t {
+    // client -> agent
+    kHello = 0x01,         ///< version negotiation; must be the first frame (id 0)
+    kPing = 0x02,          ///< health check (id 0); payload echoed in PONG
+    kShutdown = 0x03,      ///< power the guest off or reboot it
+    kExec = 0x10,          ///< start a command
+    kStdin = 0x11,         ///< raw bytes for a running command's stdin
+    kStdinClose = 0x12,    ///< close that stdin (EOF for the command)
+    kSignal = 0x13,        ///< send a signal to a command's process group
+    kCancel = 0x14,        ///< abandon a request (kills a command, drops a transfer)
+    kFileRead = 0x20,      ///< stream a file's contents back
+    kFileWrite = 0x21,     ///< start writing a file (temp file, renamed at the end)
+    kWriteData = 0x22,     ///< raw bytes for a file being written
+    kWriteEnd = 0x23,      ///< all bytes sent: fsync (optionally), rename
+    kList = 0x24,          ///< directory entries with their stat
+    kStat = 0x25,          ///< stat one path
+    kMkdir = 0x26,         ///< mkdir (-p)
+    kRemove = 0x27,        ///< unlink / rmdir / rm -r
+    kChmod = 0x28,         ///< chmod
+    kSessionOpen = 0x30,   ///< start a persistent shell under a name
+    kSessionRun = 0x31,    ///< run a shell command in that shell
+    kSessionClose = 0x32,  ///< end that shell
+
+    // agent -> client
+    kHelloReply = 0x81,  ///< the negotiated version
+    kPong = 0x82,        ///< answer to PING
+    kError = 0x83,       ///< a request failed (errno name + message); id 0: fatal
+    kOk = 0x84,          ///< a request without a result succeeded
+    kStdout = 0x90,      ///< raw bytes a command wrote to stdout
+    kStderr = 0x91,      ///< raw bytes a command wrote to stderr
+    kExit = 0x92,        ///< a command ended: exit code or signal; last frame of it
+    kReadData = 0xa0,    ///< raw bytes of a file being read
+    kDone = 0xa1,        ///< a read, list or write finished: byte or entry count
+    kDirEntries = 0xa4,  ///< a batch of directory entries
+    kStatReply = 0xa5,   ///< stat of one path
+};
+
+/// True for the types a client may send (the agent accepts exactly these).
+bool is_client_message(MessageType type);
+
+/// True for the types an agent may send (the client accepts exactly these).
+bool is_agent_message(MessageType type);
+
+/// A short upper-case name ("EXEC", "STDOUT"...) for logs; "?" if unknown.
+const char* message_type_name(MessageType type);
+
+/// A decoded frame header.
+struct FrameHeader {
+    uint32_t payload_length = 0;  ///< bytes after the header
+    MessageType type{};
+    uint32_t id = 0;  ///< request id
+};
+
+/// Writes `header` into `out[0..kFrameHeaderSize)`.
+void encode_frame_header(const FrameHeader& header, unsigned char* out);
+
+/// Reads a header from `in[0..kFrameHeaderSize)` (no validity checks).
+FrameHeader decode_frame_header(const unsigned char* in);
+
+}  // namespace nanovm::agent::proto

@@ -1,0 +1,262 @@
+// The guest agent protocol's messages: payload layouts and the frames each request
+// exchanges. Framing and type codes: frame.hpp. Shared by the agent and the host
+// client; nothing here throws (decoders return false on malformed payloads).
+//
+// Payload encoding: little-endian u8/u32/u64/i32/i64; `str` = u32 byte count + bytes;
+// `strs` = u32 count + that many `str`; `raw` = the whole payload as bytes. Decoding
+// is strict: every byte must be consumed, flag bits and enums must be known, booleans
+// are 0 or 1, and strings that end up in C calls (paths, argv, env, names) must be
+// non-empty where stated and free of NUL bytes. A payload that fails to decode is a
+// protocol error (the agent sends ERROR id 0 with EBADMSG and closes the connection).
+//
+// Conversation (client frames left, agent answers right; n = the request id, chosen by
+// the client, unique among its requests still running on the connection, never 0):
+//
+//   HELLO (0)                 -> HELLO_REPLY (0), or ERROR (0) EPROTONOSUPPORT + close.
+//                                Must be the first frame; anything else first is fatal.
+//   PING (0) raw              -> PONG (0) with the same bytes.
+//   SHUTDOWN (n)              -> OK then the guest powers off / reboots; ERROR
+//                                EOPNOTSUPP when the agent is a host process.
+//   EXEC (n)                  -> STDOUT*/STDERR* (interleaved as produced) then EXIT;
+//                                or ERROR when the command could not start (ENOENT,
+//                                EACCES, ENOTDIR for the cwd, EPERM for uid/gid...).
+//     while it runs: STDIN* then STDIN_CLOSE (only with stdin_stream), SIGNAL, CANCEL
+//     (= SIGKILL to the process group; EXIT still follows).
+//   FILE_READ (n)             -> READ_DATA* then DONE (bytes), or ERROR (maybe after data).
+//   FILE_WRITE (n), WRITE_DATA*, WRITE_END
+//                             -> DONE (bytes) once renamed into place; or ERROR at any
+//                                point (the client then stops sending; the temp file is
+//                                removed, the destination untouched).
+//   LIST (n)                  -> DIR_ENTRIES* then DONE (entry count), or ERROR.
+//   STAT (n)                  -> STAT_REPLY or ERROR.
+//   MKDIR, REMOVE, CHMOD (n)  -> OK or ERROR.
+//   SESSION_OPEN (n)          -> OK, or ERROR (EEXIST: the name is taken; EAGAIN: too many).
+//   SESSION_RUN (n)           -> STDOUT*/STDERR* then EXIT, or ERROR (ENOENT: no such
+//                                session; EBUSY: it is running a command). SIGNAL and
+//                                CANCEL work as for EXEC.
+//   SESSION_CLOSE (n)         -> OK or ERROR ENOENT.
+//   CANCEL on a FILE_READ, FILE_WRITE or LIST -> ERROR ECANCELED ends it.
+//
+// STDIN, STDIN_CLOSE, SIGNAL, CANCEL, WRITE_DATA and WRITE_END for an id the agent does
+// not know (any more) are ignored: they race with the end of a request. A request
+// frame (EXEC, FILE_READ...) whose id is 0 or still in use is a protocol error. A
+// request that cannot be taken now (too many at once) gets ERROR EAGAIN.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace nanovm::agent::proto {
+
+/// The longest path accepted, bytes (PATH_MAX less the NUL).
+inline constexpr size_t kMaxPathBytes = 4095;
+/// The longest session name, bytes.
+inline constexpr size_t kMaxSessionNameBytes = 128;
+
+/// HELLO: the versions the client speaks, [min_version, max_version].
+/// Payload: u32 min_version, u32 max_version, str software (free text, may be empty).
+struct Hello {
+    uint32_t min_version = 1;
+    uint32_t max_version = 1;
+    std::string software;
+};
+
+/// HELLO_REPLY: the version both will speak and the agent's limits.
+/// Payload: u32 version, u32 max_payload, str software.
+struct HelloReply {
+    uint32_t version = 0;
+    uint32_t max_payload = 0;
+    std::string software;
+};
+
+/// EXEC: one command.
+/// Payload: u8 flags (bit 0 shell, 1 clear_env, 2 stdin_stream, 3 uid set, 4 gid set),
+/// strs argv, strs env, str cwd, u32 uid, u32 gid, u32 timeout_ms.
+struct ExecRequest {
+    /// Program and arguments (non-empty; argv[0] without '/' is looked up on the
+    /// command's PATH). With `shell`: exactly one element, run as `/bin/sh -c <it>`.
+    std::vector<std::string> argv;
+    bool shell = false;
+    /// "KEY=VALUE" entries (KEY non-empty), set over the base environment (HOME,
+    /// PATH, TERM, SHELL, USER, LOGNAME) or over nothing with `clear_env`.
+    std::vector<std::string> env;
+    bool clear_env = false;
+    /// Working directory; "" means "/".
+    std::string cwd;
+    /// User and group ids to switch to (supplementary groups are dropped); unset:
+    /// the agent's own (root in a guest).
+    std::optional<uint32_t> uid;
+    std::optional<uint32_t> gid;
+    /// True: stdin is a pipe fed by STDIN frames until STDIN_CLOSE. False: /dev/null.
+    bool stdin_stream = false;
+    /// After this many milliseconds the whole process group gets SIGKILL and EXIT
+    /// says timed_out. 0: no limit.
+    uint32_t timeout_ms = 0;
+};
+
+/// SIGNAL: a signal for a command's process group. Payload: i32 signal (1..64).
+struct SignalRequest {
+    int32_t signal = 0;
+};
+
+/// EXIT: how a command ended. Payload: u8 signaled, u8 timed_out, i32 value.
+struct ExitReport {
+    bool signaled = false;   ///< killed by a signal (value = its number)
+    bool timed_out = false;  ///< the agent killed it at its timeout
+    int32_t value = 0;       ///< exit code 0..255, or the signal number
+};
+
+/// ERROR: why a request failed. Payload: str errno_name, str message.
+struct ErrorReport {
+    std::string errno_name;  ///< "ENOENT", "EACCES"... (EPROTO etc. for protocol errors)
+    std::string message;     ///< what was being done, e.g. "open /etc/x"
+};
+
+/// The type of a file, as STAT_REPLY and DIR_ENTRIES report it.
+enum class FileType : uint8_t {
+    kRegular = 1,
+    kDirectory = 2,
+    kSymlink = 3,
+    kFifo = 4,
+    kSocket = 5,
+    kCharDevice = 6,
+    kBlockDevice = 7,
+};
+
+/// stat(2) figures. Payload (STAT_REPLY): u8 type, u32 mode, u32 uid, u32 gid,
+/// u64 size, i64 mtime_ns.
+struct FileInfo {
+    FileType type = FileType::kRegular;
+    uint32_t mode = 0;  ///< permission bits, st_mode & 07777
+    uint32_t uid = 0;
+    uint32_t gid = 0;
+    uint64_t size = 0;      ///< bytes
+    int64_t mtime_ns = 0;   ///< modification time, ns since the epoch
+};
+
+/// One directory entry (lstat of it: symlinks are reported as symlinks).
+struct DirEntry {
+    std::string name;  ///< the entry's name, never "." or ".."
+    FileInfo info;
+};
+
+/// FILE_READ and LIST. Payload: str path (absolute or relative to "/").
+struct PathRequest {
+    std::string path;
+};
+
+/// FILE_WRITE. Payload: u32 mode, u8 sync, str path.
+struct FileWriteRequest {
+    std::string path;
+    uint32_t mode = 0644;  ///< permission bits of the new file (umask not applied)
+    bool sync = false;     ///< fsync before the rename
+};
+
+/// STAT. Payload: u8 follow_symlinks, str path.
+struct StatRequest {
+    std::string path;
+    bool follow_symlinks = true;
+};
+
+/// MKDIR. Payload: u32 mode, u8 parents, str path.
+struct MkdirRequest {
+    std::string path;
+    uint32_t mode = 0755;
+    bool parents = true;  ///< like mkdir -p: missing parents made, an existing dir is fine
+};
+
+/// REMOVE. Payload: u8 recursive, str path.
+struct RemoveRequest {
+    std::string path;
+    bool recursive = false;  ///< like rm -r (symlinks are removed, never followed)
+};
+
+/// CHMOD. Payload: u32 mode, str path.
+struct ChmodRequest {
+    std::string path;
+    uint32_t mode = 0;
+};
+
+/// SESSION_OPEN. Payload: str name, str cwd, strs env.
+struct SessionOpenRequest {
+    std::string name;  ///< 1..kMaxSessionNameBytes bytes
+    std::string cwd;   ///< the shell's first working directory; "" means "/"
+    std::vector<std::string> env;  ///< "KEY=VALUE" over the base environment
+};
+
+/// SESSION_RUN. Payload: str name, str command, u32 timeout_ms.
+struct SessionRunRequest {
+    std::string name;
+    std::string command;      ///< shell text, evaluated by the session's shell
+    uint32_t timeout_ms = 0;  ///< 0: none
+};
+
+/// SESSION_CLOSE. Payload: str name.
+struct SessionCloseRequest {
+    std::string name;
+};
+
+/// SHUTDOWN. Payload: u8 action (0 power off, 1 reboot).
+struct ShutdownRequest {
+    enum class Action : uint8_t { kPoweroff = 0, kReboot = 1 };
+    Action action = Action::kPoweroff;
+};
+
+/// DONE: the end of a read, write or list. Payload: u64 count.
+struct DoneReport {
+    uint64_t count = 0;  ///< bytes read or written, or entries listed
+};
+
+/// DIR_ENTRIES. Payload: u32 count, then per entry: str name + the FileInfo layout.
+using DirEntries = std::vector<DirEntry>;
+
+/// The encoded size of one directory entry (to cut DIR_ENTRIES batches below
+/// kMaxPayload).
+size_t encoded_size(const DirEntry& entry);
+
+// Encoders: the payload of the message. Decoders: true if `payload` is exactly one
+// well-formed message of that kind (out is then filled; else it is unspecified).
+std::string encode(const Hello& m);
+std::string encode(const HelloReply& m);
+std::string encode(const ExecRequest& m);
+std::string encode(const SignalRequest& m);
+std::string encode(const ExitReport& m);
+std::string encode(const ErrorReport& m);
+std::string encode(const FileInfo& m);
+std::string encode(const DirEntries& m);
+std::string encode(const PathRequest& m);
+std::string encode(const FileWriteRequest& m);
+std::string encode(const StatRequest& m);
+std::string encode(const MkdirRequest& m);
+std::string encode(const RemoveRequest& m);
+std::string encode(const ChmodRequest& m);
+std::string encode(const SessionOpenRequest& m);
+std::string encode(const SessionRunRequest& m);
+std::string encode(const SessionCloseRequest& m);
+std::string encode(const ShutdownRequest& m);
+std::string encode(const DoneReport& m);
+
+bool decode(std::string_view payload, Hello& out);
+bool decode(std::string_view payload, HelloReply& out);
+bool decode(std::string_view payload, ExecRequest& out);
+bool decode(std::string_view payload, SignalRequest& out);
+bool decode(std::string_view payload, ExitReport& out);
+bool decode(std::string_view payload, ErrorReport& out);
+bool decode(std::string_view payload, FileInfo& out);
+bool decode(std::string_view payload, DirEntries& out);
+bool decode(std::string_view payload, PathRequest& out);
+bool decode(std::string_view payload, FileWriteRequest& out);
+bool decode(std::string_view payload, StatRequest& out);
+bool decode(std::string_view payload, MkdirRequest& out);
+bool decode(std::string_view payload, RemoveRequest& out);
+bool decode(std::string_view payload, ChmodRequest& out);
+bool decode(std::string_view payload, SessionOpenRequest& out);
+bool decode(std::string_view payload, SessionRunRequest& out);
+bool decode(std::string_view payload, SessionCloseRequest& out);
+bool decode(std::string_view payload, ShutdownRequest& out);
+bool decode(std::string_view payload, DoneReport& out);
+
+}  // namespace nanovm::agent::proto
