@@ -113,6 +113,10 @@ public:
         for (uint16_t i = 0; i < transport_.queue_count(); ++i) {
             set_reg(mmio::kQueueSel, i);
             const uint16_t size = queue_size ? queue_size : static_cast<uint16_t>(reg(mmio::kQueueNumMax));
+            const uint64_t ring_bytes = (26ull * size + 4096 + 4095) & ~4095ull;
+            // Fresh rings are zeroed, as a driver's ring allocation is: after a reset the
+            // old avail index must not be taken for new chains.
+            std::memset(memory_.slice(Gpa(base), ring_bytes).data(), 0, ring_bytes);
             queues_.emplace_back(memory_, size, base);
             const TestQueue& q = queues_.back();
             set_reg(mmio::kQueueNum, size);
@@ -123,7 +127,7 @@ public:
             set_reg(mmio::kQueueDeviceLow, static_cast<uint32_t>(q.used_ring()));
             set_reg(mmio::kQueueDeviceHigh, static_cast<uint32_t>(q.used_ring() >> 32));
             set_reg(mmio::kQueueReady, 1);
-            base += (26ull * size + 4096 + 4095) & ~4095ull;
+            base += ring_bytes;
         }
         set_reg(mmio::kStatus, status::kAcknowledge | status::kDriver | status::kFeaturesOk | status::kDriverOk);
         return true;
