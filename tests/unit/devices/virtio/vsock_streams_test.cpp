@@ -165,7 +165,7 @@ struct GuestStream {
 
 }  // namespace
 
-TEST_CASE("64 concurrent vsock streams carry 1 MiB each way with matching checksums") {
+TEST_CASE("64 concurrent vsock streams carry 1 MiB each way with matching checksums", "[vsock]") {
     Rig rig({}, 64 * 1024);  // 64 KiB rx buffers, like a tuned guest
     Fd listener = host_listen(rig.path(kHostListenPort));
     HostSide host;

@@ -16,7 +16,7 @@ using namespace nanovm::virtio::vsock;
 using namespace nanovm::test;
 using namespace std::chrono_literals;
 
-TEST_CASE("vsock config space holds the guest CID and the device offers three queues") {
+TEST_CASE("vsock config space holds the guest CID and the device offers three queues", "[vsock]") {
     Rig rig;
     CHECK(rig.driver.reg(mmio::kDeviceId) == device_id::kVsock);
     CHECK(rig.driver.reg(mmio::kConfig) == FakeVsockGuest::kGuestCid);
@@ -25,7 +25,7 @@ TEST_CASE("vsock config space holds the guest CID and the device offers three qu
     CHECK((rig.driver.device_features() & kFeatureStream) != 0);
 }
 
-TEST_CASE("host CONNECT reaches the guest listener as REQUEST; RESPONSE answers OK <port>; bytes flow both ways") {
+TEST_CASE("host CONNECT reaches the guest listener as REQUEST; RESPONSE answers OK <port>; bytes flow both ways", "[vsock]") {
     Rig rig;
     Fd host = host_connect(rig.device.socket_path());
     write_all(host.get(), "CONNECT 1234\n");
@@ -62,7 +62,7 @@ TEST_CASE("host CONNECT reaches the guest listener as REQUEST; RESPONSE answers 
     CHECK(rig.device.stream_count() == 2);
 }
 
-TEST_CASE("host bytes written right after the CONNECT line reach the guest after RESPONSE") {
+TEST_CASE("host bytes written right after the CONNECT line reach the guest after RESPONSE", "[vsock]") {
     Rig rig;
     Fd host = host_connect(rig.device.socket_path());
     write_all(host.get(), "CONNECT 77\nearly bytes");
@@ -76,7 +76,7 @@ TEST_CASE("host bytes written right after the CONNECT line reach the guest after
     CHECK(text_of(data->payload) == "early bytes");
 }
 
-TEST_CASE("a malformed CONNECT line closes the host connection without bothering the guest") {
+TEST_CASE("a malformed CONNECT line closes the host connection without bothering the guest", "[vsock]") {
     Rig rig;
     for (const char* line : {"CONNECT\n", "CONNECT -1\n", "CONNECT 99999999999\n", "HELLO 5\n",
                              "CONNECT 12345678901234567890123456789\n"}) {
@@ -88,7 +88,7 @@ TEST_CASE("a malformed CONNECT line closes the host connection without bothering
     CHECK_FALSE(rig.guest.next(100ms));
 }
 
-TEST_CASE("guest RST to a host CONNECT closes the host socket") {
+TEST_CASE("guest RST to a host CONNECT closes the host socket", "[vsock]") {
     Rig rig;
     Fd host = host_connect(rig.device.socket_path());
     write_all(host.get(), "CONNECT 9\n");
@@ -100,7 +100,7 @@ TEST_CASE("guest RST to a host CONNECT closes the host socket") {
     CHECK_FALSE(rig.guest.next(50ms));  // RST is never answered with RST
 }
 
-TEST_CASE("a host CONNECT the guest never answers is reset after the connect timeout") {
+TEST_CASE("a host CONNECT the guest never answers is reset after the connect timeout", "[vsock]") {
     VsockOptions options;
     options.connect_timeout = 100ms;
     Rig rig(options);
@@ -115,7 +115,7 @@ TEST_CASE("a host CONNECT the guest never answers is reset after the connect tim
     CHECK(rst->header.src_port == request->header.src_port);
 }
 
-TEST_CASE("guest connect to CID 2 reaches the Unix listener at <path>_<port>; bytes flow both ways") {
+TEST_CASE("guest connect to CID 2 reaches the Unix listener at <path>_<port>; bytes flow both ways", "[vsock]") {
     Rig rig;
     Fd listener = host_listen(rig.path(6000));
     // The header split over two descriptors (20 + 24 bytes) parses the same.
@@ -138,7 +138,7 @@ TEST_CASE("guest connect to CID 2 reaches the Unix listener at <path>_<port>; by
     CHECK(text_of(data->payload) == "pong");
 }
 
-TEST_CASE("guest connect to a port nobody listens on is answered with RST") {
+TEST_CASE("guest connect to a port nobody listens on is answered with RST", "[vsock]") {
     Rig rig;
     rig.guest.send(FakeVsockGuest::header(op::kRequest, 40001, 6001));
     const auto rst = rig.guest.next();
@@ -149,7 +149,7 @@ TEST_CASE("guest connect to a port nobody listens on is answered with RST") {
     CHECK(rig.device.stream_count() == 0);
 }
 
-TEST_CASE("credit: the device never sends more than the guest's buf_alloc and resumes on CREDIT_UPDATE") {
+TEST_CASE("credit: the device never sends more than the guest's buf_alloc and resumes on CREDIT_UPDATE", "[vsock]") {
     Rig rig;
     constexpr uint32_t kGuestBuf = 64 * 1024;
     constexpr size_t kTotal = 1 * MiB;
@@ -162,11 +162,17 @@ TEST_CASE("credit: the device never sends more than the guest's buf_alloc and re
     uint32_t fwd_cnt = 0;  // what the guest consumed and told the device
     bool saw_credit_request = false;
     // Phase 1: without a CREDIT_UPDATE the device stops at exactly 64 KiB.
-    while (auto p = rig.guest.next(300ms)) {
-        if (p->header.op == op::kCreditRequest) saw_credit_request = true;
-        if (p->header.op == op::kRw) received.append(p->payload.begin(), p->payload.end());
+    const auto take = [&](const RxPacket& p) {
+        if (p.header.op == op::kCreditRequest) saw_credit_request = true;
+        if (p.header.op == op::kRw) received.append(p.payload.begin(), p.payload.end());
         REQUIRE(received.size() <= kGuestBuf);
+    };
+    while (received.size() < kGuestBuf) {
+        const auto p = rig.guest.next();
+        REQUIRE(p);
+        take(*p);
     }
+    while (const auto p = rig.guest.next(300ms)) take(*p);  // and nothing more comes
     CHECK(received.size() == kGuestBuf);
     CHECK(saw_credit_request);
     // Phase 2: the guest consumes and says so; in flight never exceeds its buf_alloc.
@@ -184,7 +190,7 @@ TEST_CASE("credit: the device never sends more than the guest's buf_alloc and re
     CHECK(received == sent);
 }
 
-TEST_CASE("a guest ignoring the credit it was given is reset (the VMM buffers at most buf_alloc)") {
+TEST_CASE("a guest ignoring the credit it was given is reset (the VMM buffers at most buf_alloc)", "[vsock]") {
     VsockOptions options;
     options.stream_buf_alloc = 64 * 1024;
     Rig rig(options);
@@ -203,7 +209,7 @@ TEST_CASE("a guest ignoring the credit it was given is reset (the VMM buffers at
     CHECK(eventually([&] { return rig.device.stream_count() == 0; }));
 }
 
-TEST_CASE("host data waits in the VMM while the host socket is full and is never dropped or reordered") {
+TEST_CASE("host data waits in the VMM while the host socket is full and is never dropped or reordered", "[vsock]") {
     Rig rig;
     Fd listener = host_listen(rig.path(7000));
     Fd host = connect_from_guest(rig, listener.get(), 41000, 7000);
@@ -240,7 +246,7 @@ TEST_CASE("host data waits in the VMM while the host socket is full and is never
                      [](uint8_t a, char b) { return a == static_cast<uint8_t>(b); }));
 }
 
-TEST_CASE("malformed tx packets are answered with RST or dropped, and the device keeps working") {
+TEST_CASE("malformed tx packets are answered with RST or dropped, and the device keeps working", "[vsock]") {
     Rig rig;
     const auto expect_rst = [&](uint32_t guest_port, uint32_t host_port) {
         const auto p = rig.guest.next();
@@ -294,7 +300,7 @@ TEST_CASE("malformed tx packets are answered with RST or dropped, and the device
     CHECK(rig.device.stream_count() == 1);
 }
 
-TEST_CASE("a malformed packet on a live stream resets it and closes the host socket") {
+TEST_CASE("a malformed packet on a live stream resets it and closes the host socket", "[vsock]") {
     Rig rig;
     HostStream s = connect_from_host(rig, 5000);
     auto h = FakeVsockGuest::header(op::kRw, 5000, s.host_port);
@@ -307,7 +313,7 @@ TEST_CASE("a malformed packet on a live stream resets it and closes the host soc
     CHECK(rig.device.stream_count() == 0);
 }
 
-TEST_CASE("a tx chain shorter than a header puts the device in NEEDS_RESET; a driver reset recovers it") {
+TEST_CASE("a tx chain shorter than a header puts the device in NEEDS_RESET; a driver reset recovers it", "[vsock]") {
     Rig rig;
     const std::vector<uint8_t> stub(20, 0);
     rig.guest.send_raw(stub);
@@ -322,7 +328,22 @@ TEST_CASE("a tx chain shorter than a header puts the device in NEEDS_RESET; a dr
     CHECK(response->header.op == op::kResponse);
 }
 
-TEST_CASE("an rx buffer too small for a header puts the device in NEEDS_RESET") {
+TEST_CASE("a failed device leaves host connections waiting and serves them after the driver's reset", "[vsock]") {
+    Rig rig;
+    const std::vector<uint8_t> stub(20, 0);
+    rig.guest.send_raw(stub);
+    REQUIRE(eventually([&] { return rig.needs_reset(); }));
+    Fd host = host_connect(rig.device.socket_path());
+    write_all(host.get(), "CONNECT 5000\n");
+    CHECK_FALSE(readable(host.get(), 100ms));  // neither served nor closed
+    FakeVsockGuest again(rig.memory, rig.driver);
+    const auto request = again.next();
+    REQUIRE(request);
+    CHECK(request->header.op == op::kRequest);
+    CHECK(request->header.dst_port == 5000);
+}
+
+TEST_CASE("an rx buffer too small for a header puts the device in NEEDS_RESET", "[vsock]") {
     TempDir dir;
     GuestMemory memory = GuestMemory::create(16 * MiB);
     EventLoop loop;
@@ -341,7 +362,7 @@ TEST_CASE("an rx buffer too small for a header puts the device in NEEDS_RESET") 
     CHECK(eventually([&] { return (transport.status() & status::kDeviceNeedsReset) != 0; }));
 }
 
-TEST_CASE("transport reset: the event reaches the guest, host connections close, the listener stays") {
+TEST_CASE("transport reset: the event reaches the guest, host connections close, the listener stays", "[vsock]") {
     Rig rig;
     HostStream from_host = connect_from_host(rig, 5000);
     Fd listener = host_listen(rig.path(6200));
@@ -364,7 +385,7 @@ TEST_CASE("transport reset: the event reaches the guest, host connections close,
     CHECK(rig.device.stream_count() == 1);
 }
 
-TEST_CASE("transport reset waits for an event buffer when the guest has none posted") {
+TEST_CASE("transport reset waits for an event buffer when the guest has none posted", "[vsock]") {
     Rig rig({}, 4096, 0);
     rig.device.send_transport_reset();
     CHECK(rig.device.save_state().transport_reset_pending);
@@ -380,7 +401,7 @@ TEST_CASE("transport reset waits for an event buffer when the guest has none pos
     CHECK_FALSE(rig.device.save_state().transport_reset_pending);
 }
 
-TEST_CASE("host closing its socket: the guest sees SHUTDOWN both ways, then RST if it stays silent") {
+TEST_CASE("host closing its socket: the guest sees SHUTDOWN both ways, then RST if it stays silent", "[vsock]") {
     VsockOptions options;
     options.shutdown_timeout = 100ms;
     Rig rig(options);
@@ -401,19 +422,20 @@ TEST_CASE("host closing its socket: the guest sees SHUTDOWN both ways, then RST 
     CHECK(rig.device.stream_count() == 0);
 }
 
-TEST_CASE("host closing its socket: the guest's RST answer to SHUTDOWN ends the stream") {
+TEST_CASE("host closing its socket: the guest's RST answer to SHUTDOWN ends the stream", "[vsock]") {
     Rig rig;
     HostStream s = connect_from_host(rig, 5000);
     s.fd.reset();
     const auto p = next_non_credit(rig.guest);
     REQUIRE(p);
     CHECK(p->header.op == op::kShutdown);
+    CHECK(p->header.flags == shutdown::kBoth);
     rig.guest.send(FakeVsockGuest::header(op::kRst, 5000, s.host_port));
     CHECK(eventually([&] { return rig.device.stream_count() == 0; }));
     CHECK_FALSE(rig.guest.next(50ms));
 }
 
-TEST_CASE("host socket dropped while the guest sends: the guest gets RST") {
+TEST_CASE("host socket dropped while the guest sends: the guest gets RST", "[vsock]") {
     Rig rig;
     Fd listener = host_listen(rig.path(6300));
     Fd host = connect_from_guest(rig, listener.get(), 43000, 6300);
@@ -429,7 +451,7 @@ TEST_CASE("host socket dropped while the guest sends: the guest gets RST") {
     CHECK(eventually([&] { return rig.device.stream_count() == 0; }));
 }
 
-TEST_CASE("half-close: host SHUT_WR becomes SHUTDOWN SEND; guest SHUTDOWN SEND becomes EOF on the host") {
+TEST_CASE("half-close: host SHUT_WR becomes SHUTDOWN SEND; guest SHUTDOWN SEND becomes EOF on the host", "[vsock]") {
     Rig rig;
     HostStream s = connect_from_host(rig, 5000);
     write_all(s.fd.get(), "last words");
@@ -455,7 +477,7 @@ TEST_CASE("half-close: host SHUT_WR becomes SHUTDOWN SEND; guest SHUTDOWN SEND b
     CHECK(eventually([&] { return rig.device.stream_count() == 0; }));
 }
 
-TEST_CASE("guest close (SHUTDOWN both): its last bytes reach the host, then the device answers RST") {
+TEST_CASE("guest close (SHUTDOWN both): its last bytes reach the host, then the device answers RST", "[vsock]") {
     Rig rig;
     Fd listener = host_listen(rig.path(6400));
     Fd host = connect_from_guest(rig, listener.get(), 44000, 6400);
@@ -469,7 +491,7 @@ TEST_CASE("guest close (SHUTDOWN both): its last bytes reach the host, then the 
     CHECK(rig.device.stream_count() == 0);
 }
 
-TEST_CASE("CREDIT_REQUEST is answered with CREDIT_UPDATE carrying the device's buf_alloc and fwd_cnt") {
+TEST_CASE("CREDIT_REQUEST is answered with CREDIT_UPDATE carrying the device's buf_alloc and fwd_cnt", "[vsock]") {
     Rig rig;
     Fd listener = host_listen(rig.path(6500));
     Fd host = connect_from_guest(rig, listener.get(), 45000, 6500);
@@ -483,7 +505,7 @@ TEST_CASE("CREDIT_REQUEST is answered with CREDIT_UPDATE carrying the device's b
     CHECK(p->header.fwd_cnt == 5);
 }
 
-TEST_CASE("the stream cap refuses further guest connects and host connections") {
+TEST_CASE("the stream cap refuses further guest connects and host connections", "[vsock]") {
     VsockOptions options;
     options.max_streams = 4;
     Rig rig(options);
@@ -499,7 +521,7 @@ TEST_CASE("the stream cap refuses further guest connects and host connections") 
     CHECK(rig.device.stream_count() == 4);
 }
 
-TEST_CASE("vsock state keeps the CID and the host port allocator") {
+TEST_CASE("vsock state keeps the CID and the host port allocator", "[vsock]") {
     Rig rig;
     HostStream s = connect_from_host(rig, 5000);
     CHECK(s.host_port == kFirstLocalPort);
@@ -515,7 +537,7 @@ TEST_CASE("vsock state keeps the CID and the host port allocator") {
     CHECK_THROWS_AS(rig.device.load_state(state), Error);
 }
 
-TEST_CASE("the vsock socket path: a dead VMM's stale socket is replaced, a live one is refused") {
+TEST_CASE("the vsock socket path: a dead VMM's stale socket is replaced, a live one is refused", "[vsock]") {
     TempDir dir;
     EventLoop loop;
     const VsockOptions options = with_path({}, dir.path);
