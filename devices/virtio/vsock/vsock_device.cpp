@@ -224,7 +224,7 @@ void VsockDevice::on_handshake(int fd, uint32_t events) {
     if (::recv(fd, line, line_bytes, MSG_DONTWAIT) != static_cast<ssize_t>(line_bytes)) return drop_handshake(fd);
     const auto port = parse_connect_line({line, line_bytes});
     if (!port) {
-        log_line(fmt::format("{}: host connection sent no 'CONNECT <port>' line; closed", name()));
+        log_guest("host connection sent no 'CONNECT <port>' line; closed");
         return drop_handshake(fd);
     }
     loop_.remove(fd);
