@@ -422,13 +422,15 @@ void VsockDevice::handle_tx_packet(const DescriptorChain& chain) {
 void VsockDevice::open_guest_stream(const PacketHeader& request) {
     const StreamKey key{request.dst_port, request.src_port};
     if (streams_.size() + handshakes_.size() >= options_.max_streams) {
-        log_guest(fmt::format("{} streams open: guest connect to port {} refused", options_.max_streams, key.local_port));
+        log_guest(
+            fmt::format("{} streams open: guest connect to port {} refused", options_.max_streams, key.local_port));
         return queue_rst(key);
     }
     int error = 0;
     Fd fd = connect_unix(fmt::format("{}_{}", options_.uds_path, key.local_port), error);
     if (!fd) return queue_rst(key);  // nobody listens there: connection refused
-    auto stream = std::make_unique<VsockStream>(std::move(fd), key, VsockStream::Origin::kGuest, options_.stream_buf_alloc);
+    auto stream =
+        std::make_unique<VsockStream>(std::move(fd), key, VsockStream::Origin::kGuest, options_.stream_buf_alloc);
     stream->update_peer_credit(request);
     schedule(add_stream(std::move(stream)));
 }

@@ -12,6 +12,7 @@
 using namespace nanovm;
 using namespace nanovm::virtio::vsock;
 using namespace nanovm::test;
+using namespace nanovm::test::vsockrig;
 using namespace std::chrono_literals;
 
 namespace {
@@ -24,7 +25,7 @@ double mib_per_s(size_t bytes, std::chrono::steady_clock::duration d) {
 }
 
 double host_to_guest(uint32_t rx_payload) {
-    Rig rig({}, rx_payload);
+    VsockRig rig({}, rx_payload);
     HostStream s = connect_from_host(rig, 5000, kGuestBuf);
     const auto start = std::chrono::steady_clock::now();
     std::thread writer([&] {
@@ -47,7 +48,7 @@ double host_to_guest(uint32_t rx_payload) {
 }
 
 double guest_to_host() {
-    Rig rig;
+    VsockRig rig;
     Fd listener = host_listen(rig.path(7000));
     Fd host = connect_from_guest(rig, listener.get(), 41000, 7000);
     const auto start = std::chrono::steady_clock::now();

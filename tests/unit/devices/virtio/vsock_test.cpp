@@ -14,10 +14,11 @@ using namespace nanovm;
 using namespace nanovm::virtio;
 using namespace nanovm::virtio::vsock;
 using namespace nanovm::test;
+using namespace nanovm::test::vsockrig;
 using namespace std::chrono_literals;
 
 TEST_CASE("vsock config space holds the guest CID and the device offers three queues", "[vsock]") {
-    Rig rig;
+    VsockRig rig;
     CHECK(rig.driver.reg(mmio::kDeviceId) == device_id::kVsock);
     CHECK(rig.driver.reg(mmio::kConfig) == FakeVsockGuest::kGuestCid);
     CHECK(rig.driver.reg(mmio::kConfig + 4) == 0);
@@ -25,8 +26,9 @@ TEST_CASE("vsock config space holds the guest CID and the device offers three qu
     CHECK((rig.driver.device_features() & kFeatureStream) != 0);
 }
 
-TEST_CASE("host CONNECT reaches the guest listener as REQUEST; RESPONSE answers OK <port>; bytes flow both ways", "[vsock]") {
-    Rig rig;
+TEST_CASE("host CONNECT reaches the guest listener as REQUEST; RESPONSE answers OK <port>; bytes flow both ways",
+          "[vsock]") {
+    VsockRig rig;
     Fd host = host_connect(rig.device.socket_path());
     write_all(host.get(), "CONNECT 1234\n");
     const auto request = rig.guest.next();
@@ -63,7 +65,7 @@ TEST_CASE("host CONNECT reaches the guest listener as REQUEST; RESPONSE answers 
 }
 
 TEST_CASE("host bytes written right after the CONNECT line reach the guest after RESPONSE", "[vsock]") {
-    Rig rig;
+    VsockRig rig;
     Fd host = host_connect(rig.device.socket_path());
     write_all(host.get(), "CONNECT 77\nearly bytes");
     const auto request = rig.guest.next();
@@ -77,7 +79,7 @@ TEST_CASE("host bytes written right after the CONNECT line reach the guest after
 }
 
 TEST_CASE("a malformed CONNECT line closes the host connection without bothering the guest", "[vsock]") {
-    Rig rig;
+    VsockRig rig;
     for (const char* line : {"CONNECT\n", "CONNECT -1\n", "CONNECT 99999999999\n", "HELLO 5\n",
                              "CONNECT 12345678901234567890123456789\n"}) {
         Fd host = host_connect(rig.device.socket_path());
@@ -89,7 +91,7 @@ TEST_CASE("a malformed CONNECT line closes the host connection without bothering
 }
 
 TEST_CASE("guest RST to a host CONNECT closes the host socket", "[vsock]") {
-    Rig rig;
+    VsockRig rig;
     Fd host = host_connect(rig.device.socket_path());
     write_all(host.get(), "CONNECT 9\n");
     const auto request = rig.guest.next();
@@ -103,7 +105,7 @@ TEST_CASE("guest RST to a host CONNECT closes the host socket", "[vsock]") {
 TEST_CASE("a host CONNECT the guest never answers is reset after the connect timeout", "[vsock]") {
     VsockOptions options;
     options.connect_timeout = 100ms;
-    Rig rig(options);
+    VsockRig rig(options);
     Fd host = host_connect(rig.device.socket_path());
     write_all(host.get(), "CONNECT 9\n");
     const auto request = rig.guest.next();
@@ -116,7 +118,7 @@ TEST_CASE("a host CONNECT the guest never answers is reset after the connect tim
 }
 
 TEST_CASE("guest connect to CID 2 reaches the Unix listener at <path>_<port>; bytes flow both ways", "[vsock]") {
-    Rig rig;
+    VsockRig rig;
     Fd listener = host_listen(rig.path(6000));
     // The header split over two descriptors (20 + 24 bytes) parses the same.
     rig.guest.send(FakeVsockGuest::header(op::kRequest, 40000, 6000), {}, true, false, 20);
@@ -139,7 +141,7 @@ TEST_CASE("guest connect to CID 2 reaches the Unix listener at <path>_<port>; by
 }
 
 TEST_CASE("guest connect to a port nobody listens on is answered with RST", "[vsock]") {
-    Rig rig;
+    VsockRig rig;
     rig.guest.send(FakeVsockGuest::header(op::kRequest, 40001, 6001));
     const auto rst = rig.guest.next();
     REQUIRE(rst);
@@ -150,7 +152,7 @@ TEST_CASE("guest connect to a port nobody listens on is answered with RST", "[vs
 }
 
 TEST_CASE("credit: the device never sends more than the guest's buf_alloc and resumes on CREDIT_UPDATE", "[vsock]") {
-    Rig rig;
+    VsockRig rig;
     constexpr uint32_t kGuestBuf = 64 * 1024;
     constexpr size_t kTotal = 1 * MiB;
     HostStream s = connect_from_host(rig, 5000, kGuestBuf);
@@ -193,7 +195,7 @@ TEST_CASE("credit: the device never sends more than the guest's buf_alloc and re
 TEST_CASE("a guest ignoring the credit it was given is reset (the VMM buffers at most buf_alloc)", "[vsock]") {
     VsockOptions options;
     options.stream_buf_alloc = 64 * 1024;
-    Rig rig(options);
+    VsockRig rig(options);
     HostStream s = connect_from_host(rig, 5000);  // the host program never reads
     const std::vector<uint8_t> chunk(kMaxPacketPayload, 0xab);
     std::optional<RxPacket> rst;
@@ -210,7 +212,7 @@ TEST_CASE("a guest ignoring the credit it was given is reset (the VMM buffers at
 }
 
 TEST_CASE("host data waits in the VMM while the host socket is full and is never dropped or reordered", "[vsock]") {
-    Rig rig;
+    VsockRig rig;
     Fd listener = host_listen(rig.path(7000));
     Fd host = connect_from_guest(rig, listener.get(), 41000, 7000);
     // The guest sends 2 MiB, respecting the device's credit; the host reads late.
@@ -247,7 +249,7 @@ TEST_CASE("host data waits in the VMM while the host socket is full and is never
 }
 
 TEST_CASE("malformed tx packets are answered with RST or dropped, and the device keeps working", "[vsock]") {
-    Rig rig;
+    VsockRig rig;
     const auto expect_rst = [&](uint32_t guest_port, uint32_t host_port) {
         const auto p = rig.guest.next();
         REQUIRE(p);
@@ -301,7 +303,7 @@ TEST_CASE("malformed tx packets are answered with RST or dropped, and the device
 }
 
 TEST_CASE("a malformed packet on a live stream resets it and closes the host socket", "[vsock]") {
-    Rig rig;
+    VsockRig rig;
     HostStream s = connect_from_host(rig, 5000);
     auto h = FakeVsockGuest::header(op::kRw, 5000, s.host_port);
     h.len = 1000;
@@ -314,7 +316,7 @@ TEST_CASE("a malformed packet on a live stream resets it and closes the host soc
 }
 
 TEST_CASE("a tx chain shorter than a header puts the device in NEEDS_RESET; a driver reset recovers it", "[vsock]") {
-    Rig rig;
+    VsockRig rig;
     const std::vector<uint8_t> stub(20, 0);
     rig.guest.send_raw(stub);
     CHECK(eventually([&] { return rig.needs_reset(); }));
@@ -329,7 +331,7 @@ TEST_CASE("a tx chain shorter than a header puts the device in NEEDS_RESET; a dr
 }
 
 TEST_CASE("a failed device leaves host connections waiting and serves them after the driver's reset", "[vsock]") {
-    Rig rig;
+    VsockRig rig;
     const std::vector<uint8_t> stub(20, 0);
     rig.guest.send_raw(stub);
     REQUIRE(eventually([&] { return rig.needs_reset(); }));
@@ -344,7 +346,7 @@ TEST_CASE("a failed device leaves host connections waiting and serves them after
 }
 
 TEST_CASE("an rx buffer too small for a header puts the device in NEEDS_RESET", "[vsock]") {
-    TempDir dir;
+    SocketDir dir;
     GuestMemory memory = GuestMemory::create(16 * MiB);
     EventLoop loop;
     VsockDevice device(loop, with_path({}, dir.path));
@@ -363,7 +365,7 @@ TEST_CASE("an rx buffer too small for a header puts the device in NEEDS_RESET", 
 }
 
 TEST_CASE("transport reset: the event reaches the guest, host connections close, the listener stays", "[vsock]") {
-    Rig rig;
+    VsockRig rig;
     HostStream from_host = connect_from_host(rig, 5000);
     Fd listener = host_listen(rig.path(6200));
     Fd from_guest = connect_from_guest(rig, listener.get(), 42000, 6200);
@@ -386,7 +388,7 @@ TEST_CASE("transport reset: the event reaches the guest, host connections close,
 }
 
 TEST_CASE("transport reset waits for an event buffer when the guest has none posted", "[vsock]") {
-    Rig rig({}, 4096, 0);
+    VsockRig rig({}, 4096, 0);
     rig.device.send_transport_reset();
     CHECK(rig.device.save_state().transport_reset_pending);
     std::this_thread::sleep_for(20ms);
@@ -404,7 +406,7 @@ TEST_CASE("transport reset waits for an event buffer when the guest has none pos
 TEST_CASE("host closing its socket: the guest sees SHUTDOWN both ways, then RST if it stays silent", "[vsock]") {
     VsockOptions options;
     options.shutdown_timeout = 100ms;
-    Rig rig(options);
+    VsockRig rig(options);
     HostStream s = connect_from_host(rig, 5000);
     write_all(s.fd.get(), "goodbye");
     s.fd.reset();
@@ -423,7 +425,7 @@ TEST_CASE("host closing its socket: the guest sees SHUTDOWN both ways, then RST 
 }
 
 TEST_CASE("host closing its socket: the guest's RST answer to SHUTDOWN ends the stream", "[vsock]") {
-    Rig rig;
+    VsockRig rig;
     HostStream s = connect_from_host(rig, 5000);
     s.fd.reset();
     const auto p = next_non_credit(rig.guest);
@@ -436,7 +438,7 @@ TEST_CASE("host closing its socket: the guest's RST answer to SHUTDOWN ends the 
 }
 
 TEST_CASE("host socket dropped while the guest sends: the guest gets RST", "[vsock]") {
-    Rig rig;
+    VsockRig rig;
     Fd listener = host_listen(rig.path(6300));
     Fd host = connect_from_guest(rig, listener.get(), 43000, 6300);
     host.reset();
@@ -452,7 +454,7 @@ TEST_CASE("host socket dropped while the guest sends: the guest gets RST", "[vso
 }
 
 TEST_CASE("half-close: host SHUT_WR becomes SHUTDOWN SEND; guest SHUTDOWN SEND becomes EOF on the host", "[vsock]") {
-    Rig rig;
+    VsockRig rig;
     HostStream s = connect_from_host(rig, 5000);
     write_all(s.fd.get(), "last words");
     ::shutdown(s.fd.get(), SHUT_WR);
@@ -478,7 +480,7 @@ TEST_CASE("half-close: host SHUT_WR becomes SHUTDOWN SEND; guest SHUTDOWN SEND b
 }
 
 TEST_CASE("guest close (SHUTDOWN both): its last bytes reach the host, then the device answers RST", "[vsock]") {
-    Rig rig;
+    VsockRig rig;
     Fd listener = host_listen(rig.path(6400));
     Fd host = connect_from_guest(rig, listener.get(), 44000, 6400);
     rig.guest.send(FakeVsockGuest::header(op::kRw, 44000, 6400), bytes_of("bye"));
@@ -492,7 +494,7 @@ TEST_CASE("guest close (SHUTDOWN both): its last bytes reach the host, then the 
 }
 
 TEST_CASE("CREDIT_REQUEST is answered with CREDIT_UPDATE carrying the device's buf_alloc and fwd_cnt", "[vsock]") {
-    Rig rig;
+    VsockRig rig;
     Fd listener = host_listen(rig.path(6500));
     Fd host = connect_from_guest(rig, listener.get(), 45000, 6500);
     rig.guest.send(FakeVsockGuest::header(op::kRw, 45000, 6500), bytes_of("12345"));
@@ -508,7 +510,7 @@ TEST_CASE("CREDIT_REQUEST is answered with CREDIT_UPDATE carrying the device's b
 TEST_CASE("the stream cap refuses further guest connects and host connections", "[vsock]") {
     VsockOptions options;
     options.max_streams = 4;
-    Rig rig(options);
+    VsockRig rig(options);
     Fd listener = host_listen(rig.path(6600));
     std::vector<Fd> hosts;
     for (uint32_t port = 1; port <= 4; ++port) hosts.push_back(connect_from_guest(rig, listener.get(), port, 6600));
@@ -522,7 +524,7 @@ TEST_CASE("the stream cap refuses further guest connects and host connections", 
 }
 
 TEST_CASE("vsock state keeps the CID and the host port allocator", "[vsock]") {
-    Rig rig;
+    VsockRig rig;
     HostStream s = connect_from_host(rig, 5000);
     CHECK(s.host_port == kFirstLocalPort);
     VsockState state = rig.device.save_state();
@@ -538,7 +540,7 @@ TEST_CASE("vsock state keeps the CID and the host port allocator", "[vsock]") {
 }
 
 TEST_CASE("the vsock socket path: a dead VMM's stale socket is replaced, a live one is refused", "[vsock]") {
-    TempDir dir;
+    SocketDir dir;
     EventLoop loop;
     const VsockOptions options = with_path({}, dir.path);
     { Fd stale = host_listen(options.uds_path); }  // closed: the file stays behind
