@@ -1,5 +1,6 @@
 #include "devices/virtio/vsock/stream.hpp"
 
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -186,7 +187,13 @@ VsockStream::RxResult VsockStream::fill_rx(GuestMemory& memory, const Descriptor
             tx_cnt_ += static_cast<uint32_t>(n);
             return put(make_header(guest_cid, op::kRw, 0, static_cast<uint32_t>(n)));
         }
-        if (n == 0 && want > 0) host_eof_ = true;
+        if (n == 0 && want > 0) {
+            host_eof_ = true;
+            // The read may run before the loop delivers the close's EPOLLHUP: ask now,
+            // so a closed host gives one SHUTDOWN with both flags.
+            pollfd p{host_.get(), 0, 0};
+            if (::poll(&p, 1, 0) == 1 && (p.revents & POLLHUP)) host_hup_ = true;
+        }
         if (n < 0 && !would_block(errno)) return RxResult::kHostError;
         if (n < 0) host_readable_ = false;
     }

@@ -82,12 +82,22 @@ void VsockDevice::log_guest(const std::string& message) {
 
 template <typename F>
 void VsockDevice::guarded(F&& work) noexcept {
-    if (!live()) return;
+    if (!live()) return quiesce();
     try {
         work();
     } catch (const std::exception& e) {
         active_->link.fail(e.what());
+        quiesce();
     }
+}
+
+void VsockDevice::quiesce() noexcept {
+    // A failed device serves nothing until the driver resets it; the level-triggered
+    // listener and timer would otherwise wake the loop again and again. Streams are
+    // edge-triggered and just wait for reset().
+    loop_.remove(listener_.get());
+    loop_.remove(timer_.get());
+    listener_paused_ = false;  // nothing to resume until activate()
 }
 
 // --- lifecycle -------------------------------------------------------------------
@@ -101,8 +111,7 @@ void VsockDevice::activate(ActiveDevice& active) {
 
 void VsockDevice::reset() noexcept {
     if (!active_) return;
-    loop_.remove(listener_.get());
-    loop_.remove(timer_.get());
+    quiesce();
     drop_all_streams();
     for (auto& [fd, owned] : handshakes_) loop_.remove(fd);
     handshakes_.clear();
@@ -166,9 +175,14 @@ void VsockDevice::on_listener() {
         int error = 0;
         Fd fd = accept_unix(listener_.get(), error);
         if (!fd) {
-            if (error != EAGAIN && error != EWOULDBLOCK && error != EINTR && error != ECONNABORTED)
-                log_line(fmt::format("{}: accept on {}: {}", name(), options_.uds_path, ::strerror(error)));
             if (error == EINTR || error == ECONNABORTED) continue;
+            if (error == EAGAIN || error == EWOULDBLOCK) return;
+            // Out of fds (EMFILE, ENFILE) or memory: the pending connection stays, and a
+            // level-triggered listener would fire at once again. Pause it until a
+            // stream or handshake closes.
+            log_guest(fmt::format("accept on {}: {}; listener paused", options_.uds_path, ::strerror(error)));
+            loop_.modify(listener_.get(), 0);
+            listener_paused_ = true;
             return;
         }
         if (streams_.size() + handshakes_.size() >= options_.max_streams) {
@@ -186,6 +200,13 @@ void VsockDevice::on_listener() {
 void VsockDevice::drop_handshake(int fd) {
     loop_.remove(fd);
     handshakes_.erase(fd);
+    resume_listener();
+}
+
+void VsockDevice::resume_listener() {
+    if (!listener_paused_) return;
+    listener_paused_ = false;
+    loop_.modify(listener_.get(), EPOLLIN);
 }
 
 void VsockDevice::on_handshake(int fd, uint32_t events) {
@@ -203,7 +224,7 @@ void VsockDevice::on_handshake(int fd, uint32_t events) {
     if (::recv(fd, line, line_bytes, MSG_DONTWAIT) != static_cast<ssize_t>(line_bytes)) return drop_handshake(fd);
     const auto port = parse_connect_line({line, line_bytes});
     if (!port) {
-        log_line(fmt::format("{}: host connection sent no 'CONNECT <port>' line; closed", name()));
+        log_guest("host connection sent no 'CONNECT <port>' line; closed");
         return drop_handshake(fd);
     }
     loop_.remove(fd);
@@ -247,6 +268,7 @@ void VsockDevice::destroy_stream(VsockStream* stream) {
     const StreamKey key = stream->key();
     if (--local_port_use_[key.local_port] == 0) local_port_use_.erase(key.local_port);
     streams_.erase(key);  // closes the host socket
+    resume_listener();
 }
 
 void VsockDevice::reset_stream(VsockStream* stream) {
@@ -400,13 +422,15 @@ void VsockDevice::handle_tx_packet(const DescriptorChain& chain) {
 void VsockDevice::open_guest_stream(const PacketHeader& request) {
     const StreamKey key{request.dst_port, request.src_port};
     if (streams_.size() + handshakes_.size() >= options_.max_streams) {
-        log_guest(fmt::format("{} streams open: guest connect to port {} refused", options_.max_streams, key.local_port));
+        log_guest(
+            fmt::format("{} streams open: guest connect to port {} refused", options_.max_streams, key.local_port));
         return queue_rst(key);
     }
     int error = 0;
     Fd fd = connect_unix(fmt::format("{}_{}", options_.uds_path, key.local_port), error);
     if (!fd) return queue_rst(key);  // nobody listens there: connection refused
-    auto stream = std::make_unique<VsockStream>(std::move(fd), key, VsockStream::Origin::kGuest, options_.stream_buf_alloc);
+    auto stream =
+        std::make_unique<VsockStream>(std::move(fd), key, VsockStream::Origin::kGuest, options_.stream_buf_alloc);
     stream->update_peer_credit(request);
     schedule(add_stream(std::move(stream)));
 }

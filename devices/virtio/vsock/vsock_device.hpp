@@ -99,11 +99,13 @@ private:
     bool live() const noexcept { return active_ != nullptr && !active_->link.failed(); }
     template <typename F>
     void guarded(F&& work) noexcept;
+    void quiesce() noexcept;
     void log_guest(const std::string& message);
 
     void on_listener();
     void on_handshake(int fd, uint32_t events);
     void drop_handshake(int fd);
+    void resume_listener();
     void on_stream_event(VsockStream* stream, uint32_t events);
     void on_timer();
 
@@ -143,6 +145,7 @@ private:
     std::optional<DescriptorChain> held_rx_;       // an rx buffer popped but not used yet
     uint32_t next_local_port_ = kFirstLocalPort;
     bool event_pending_ = false;
+    bool listener_paused_ = false;  // accept failed (out of fds): resumes when one closes
     int64_t armed_deadline_ns_ = 0;  // 0: timer disarmed
     RateLimiter log_limit_;
 };

@@ -127,7 +127,7 @@ public:
             set_reg(mmio::kQueueDeviceLow, static_cast<uint32_t>(q.used_ring()));
             set_reg(mmio::kQueueDeviceHigh, static_cast<uint32_t>(q.used_ring() >> 32));
             set_reg(mmio::kQueueReady, 1);
-            base += (26ull * size + 4096 + 4095) & ~4095ull;
+            base += ring_bytes;
         }
         set_reg(mmio::kStatus, status::kAcknowledge | status::kDriver | status::kFeaturesOk | status::kDriverOk);
         return true;

@@ -84,7 +84,10 @@ public:
             p.header = memory_.read<virtio::vsock::PacketHeader>(Gpa(gpa));
             const uint32_t len = used.len - virtio::vsock::kHeaderSize;
             p.payload.resize(len);
-            if (len) std::memcpy(p.payload.data(), memory_.slice(Gpa(gpa + virtio::vsock::kHeaderSize), len).data(), len);
+            if (len) {
+                const auto bytes = memory_.slice(Gpa(gpa + virtio::vsock::kHeaderSize), len);
+                std::memcpy(p.payload.data(), bytes.data(), len);
+            }
             packets.push_back(std::move(p));
             rx.publish(static_cast<uint16_t>(used.id));
         }

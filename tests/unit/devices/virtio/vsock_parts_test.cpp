@@ -24,7 +24,7 @@ PacketHeader good(uint16_t operation = op::kRw, uint32_t len = 0) {
 
 }  // namespace
 
-TEST_CASE("check_tx_header accepts well-formed packets of every op") {
+TEST_CASE("check_tx_header accepts well-formed packets of every op", "[vsock]") {
     for (uint16_t o = op::kRequest; o <= op::kCreditRequest; ++o) {
         const TxPacket p = check_tx_header(good(o), 0, kCid);
         CHECK(p.verdict == TxVerdict::kAccept);
@@ -33,7 +33,7 @@ TEST_CASE("check_tx_header accepts well-formed packets of every op") {
     CHECK(check_tx_header(good(op::kRw, kMaxPacketPayload), kMaxPacketPayload, kCid).verdict == TxVerdict::kAccept);
 }
 
-TEST_CASE("check_tx_header resets bad len, type and op, drops wrong CIDs, never answers RST with RST") {
+TEST_CASE("check_tx_header resets bad len, type and op, drops wrong CIDs, never answers RST with RST", "[vsock]") {
     CHECK(check_tx_header(good(op::kRw, 10), 9, kCid).verdict == TxVerdict::kReset);
     CHECK(check_tx_header(good(op::kRw, 10), 11, kCid).verdict == TxVerdict::kReset);
     CHECK(check_tx_header(good(op::kRw, kMaxPacketPayload + 1), kMaxPacketPayload + 1, kCid).verdict ==
@@ -61,7 +61,7 @@ TEST_CASE("check_tx_header resets bad len, type and op, drops wrong CIDs, never 
     CHECK(p.reason == "type is not STREAM");
 }
 
-TEST_CASE("parse_tx_packet reads a header split over segments and refuses a chain shorter than one") {
+TEST_CASE("parse_tx_packet reads a header split over segments and refuses a chain shorter than one", "[vsock]") {
     GuestMemory memory = GuestMemory::create(1 * MiB);
     PacketHeader h = good(op::kRw, 6);
     std::vector<uint8_t> bytes(sizeof(h) + 6);
@@ -93,7 +93,7 @@ TEST_CASE("parse_tx_packet reads a header split over segments and refuses a chai
     CHECK_THROWS_AS(parse_tx_packet(short_reader, kCid), QueueError);
 }
 
-TEST_CASE("parse_connect_line takes exactly 'CONNECT <u32>\\n'") {
+TEST_CASE("parse_connect_line takes exactly 'CONNECT <u32>\\n'", "[vsock]") {
     CHECK(parse_connect_line("CONNECT 0\n") == 0u);
     CHECK(parse_connect_line("CONNECT 52\n") == 52u);
     CHECK(parse_connect_line("CONNECT 4294967295\n") == 4294967295u);
@@ -106,7 +106,7 @@ TEST_CASE("parse_connect_line takes exactly 'CONNECT <u32>\\n'") {
     CHECK(format_ok_line(1024) == "OK 1024\n");
 }
 
-TEST_CASE("ByteQueue keeps bytes in order across chunks and frees them as they drain") {
+TEST_CASE("ByteQueue keeps bytes in order across chunks and frees them as they drain", "[vsock]") {
     ByteQueue queue(8);
     std::vector<uint8_t> in(50);
     std::iota(in.begin(), in.end(), uint8_t{0});

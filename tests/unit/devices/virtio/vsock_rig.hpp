@@ -20,15 +20,26 @@
 
 #include <fmt/format.h>
 
-#include "tests/support/temp_dir.hpp"
 #include "devices/virtio/vsock/vsock_device.hpp"
 #include "tests/unit/devices/virtio/vsock_guest.hpp"
+#include "tests/unit/vmm/event_loop_waits.hpp"
 
-namespace nanovm::test {
+// A namespace of its own: other device rigs define their own TempDir and helpers.
+namespace nanovm::test::vsockrig {
 
 using namespace std::chrono_literals;
 using namespace nanovm::virtio;         // test-only header: the spec's names unqualified
 using namespace nanovm::virtio::vsock;
+
+struct SocketDir {
+    std::string path;
+    SocketDir() {
+        char name[] = "/tmp/nanovm-vsock-XXXXXX";
+        if (!::mkdtemp(name)) throw std::runtime_error("mkdtemp");
+        path = name;
+    }
+    ~SocketDir() { std::filesystem::remove_all(path); }
+};
 
 inline VsockOptions with_path(VsockOptions options, const std::string& dir) {
     options.guest_cid = FakeVsockGuest::kGuestCid;
@@ -37,8 +48,8 @@ inline VsockOptions with_path(VsockOptions options, const std::string& dir) {
 }
 
 // One device on a transport, driven by a fake guest; host sockets under a temp dir.
-struct Rig {
-    TempDir dir;
+struct VsockRig {
+    SocketDir dir;
     GuestMemory memory = GuestMemory::create(64 * MiB);
     EventLoop loop;
     VsockDevice device;
@@ -46,8 +57,8 @@ struct Rig {
     test::TestDriver driver;
     FakeVsockGuest guest;
 
-    explicit Rig(VsockOptions options = {}, uint32_t rx_payload = 4096, uint16_t event_buffers = 4)
-        : device(loop, with_path(options, dir.path())), transport(device, memory, loop), driver(memory, transport),
+    explicit VsockRig(VsockOptions options = {}, uint32_t rx_payload = 4096, uint16_t event_buffers = 4)
+        : device(loop, with_path(options, dir.path)), transport(device, memory, loop), driver(memory, transport),
           guest(memory, driver, rx_payload, event_buffers) {}
     std::string path(uint32_t port) const { return fmt::format("{}_{}", device.socket_path(), port); }
     bool needs_reset() { return (transport.status() & status::kDeviceNeedsReset) != 0; }
@@ -131,7 +142,9 @@ inline bool host_sees_close(int fd, std::chrono::milliseconds timeout = 5s) {
     return n == 0 || (n < 0 && errno == ECONNRESET);
 }
 
-inline std::span<const uint8_t> bytes_of(std::string_view s) { return {reinterpret_cast<const uint8_t*>(s.data()), s.size()}; }
+inline std::span<const uint8_t> bytes_of(std::string_view s) {
+    return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
 inline std::string text_of(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
 
 // Next packet that is not a credit message.
@@ -148,7 +161,7 @@ struct HostStream {
 };
 
 // A host program's CONNECT to `guest_port`, accepted by the fake guest's listener.
-inline HostStream connect_from_host(Rig& rig, uint32_t guest_port, uint32_t guest_buf_alloc = 256 * 1024) {
+inline HostStream connect_from_host(VsockRig& rig, uint32_t guest_port, uint32_t guest_buf_alloc = 256 * 1024) {
     HostStream s{host_connect(rig.device.socket_path()), 0};
     write_all(s.fd.get(), fmt::format("CONNECT {}\n", guest_port));
     const auto request = rig.guest.next();
@@ -162,7 +175,7 @@ inline HostStream connect_from_host(Rig& rig, uint32_t guest_port, uint32_t gues
 }
 
 // A guest connect from `guest_port` to host port `host_port`, accepted on `listener`.
-inline Fd connect_from_guest(Rig& rig, int listener, uint32_t guest_port, uint32_t host_port) {
+inline Fd connect_from_guest(VsockRig& rig, int listener, uint32_t guest_port, uint32_t host_port) {
     rig.guest.send(FakeVsockGuest::header(op::kRequest, guest_port, host_port));
     const auto response = rig.guest.next();
     REQUIRE(response);
@@ -174,13 +187,4 @@ inline Fd connect_from_guest(Rig& rig, int listener, uint32_t guest_port, uint32
     return fd;
 }
 
-inline bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds timeout = 5s) {
-    const auto end = std::chrono::steady_clock::now() + timeout;
-    while (!condition()) {
-        if (std::chrono::steady_clock::now() > end) return false;
-        std::this_thread::sleep_for(1ms);
-    }
-    return true;
-}
-
-}  // namespace nanovm::test
+}  // namespace nanovm::test::vsockrig

@@ -17,6 +17,7 @@
 using namespace nanovm;
 using namespace nanovm::virtio::vsock;
 using namespace nanovm::test;
+using namespace nanovm::test::vsockrig;
 using namespace std::chrono_literals;
 
 namespace {
@@ -165,8 +166,8 @@ struct GuestStream {
 
 }  // namespace
 
-TEST_CASE("64 concurrent vsock streams carry 1 MiB each way with matching checksums") {
-    Rig rig({}, 64 * 1024);  // 64 KiB rx buffers, like a tuned guest
+TEST_CASE("64 concurrent vsock streams carry 1 MiB each way with matching checksums", "[vsock]") {
+    VsockRig rig({}, 64 * 1024);  // 64 KiB rx buffers, like a tuned guest
     Fd listener = host_listen(rig.path(kHostListenPort));
     HostSide host;
     std::thread host_thread([&] { host.run(rig.device.socket_path(), listener.get()); });

@@ -14,10 +14,11 @@ using namespace nanovm;
 using namespace nanovm::virtio;
 using namespace nanovm::virtio::vsock;
 using namespace nanovm::test;
+using namespace nanovm::test::vsockrig;
 using namespace std::chrono_literals;
 
-TEST_CASE("vsock config space holds the guest CID and the device offers three queues") {
-    Rig rig;
+TEST_CASE("vsock config space holds the guest CID and the device offers three queues", "[vsock]") {
+    VsockRig rig;
     CHECK(rig.driver.reg(mmio::kDeviceId) == device_id::kVsock);
     CHECK(rig.driver.reg(mmio::kConfig) == FakeVsockGuest::kGuestCid);
     CHECK(rig.driver.reg(mmio::kConfig + 4) == 0);
@@ -25,8 +26,9 @@ TEST_CASE("vsock config space holds the guest CID and the device offers three qu
     CHECK((rig.driver.device_features() & kFeatureStream) != 0);
 }
 
-TEST_CASE("host CONNECT reaches the guest listener as REQUEST; RESPONSE answers OK <port>; bytes flow both ways") {
-    Rig rig;
+TEST_CASE("host CONNECT reaches the guest listener as REQUEST; RESPONSE answers OK <port>; bytes flow both ways",
+          "[vsock]") {
+    VsockRig rig;
     Fd host = host_connect(rig.device.socket_path());
     write_all(host.get(), "CONNECT 1234\n");
     const auto request = rig.guest.next();
@@ -62,8 +64,8 @@ TEST_CASE("host CONNECT reaches the guest listener as REQUEST; RESPONSE answers 
     CHECK(rig.device.stream_count() == 2);
 }
 
-TEST_CASE("host bytes written right after the CONNECT line reach the guest after RESPONSE") {
-    Rig rig;
+TEST_CASE("host bytes written right after the CONNECT line reach the guest after RESPONSE", "[vsock]") {
+    VsockRig rig;
     Fd host = host_connect(rig.device.socket_path());
     write_all(host.get(), "CONNECT 77\nearly bytes");
     const auto request = rig.guest.next();
@@ -76,8 +78,8 @@ TEST_CASE("host bytes written right after the CONNECT line reach the guest after
     CHECK(text_of(data->payload) == "early bytes");
 }
 
-TEST_CASE("a malformed CONNECT line closes the host connection without bothering the guest") {
-    Rig rig;
+TEST_CASE("a malformed CONNECT line closes the host connection without bothering the guest", "[vsock]") {
+    VsockRig rig;
     for (const char* line : {"CONNECT\n", "CONNECT -1\n", "CONNECT 99999999999\n", "HELLO 5\n",
                              "CONNECT 12345678901234567890123456789\n"}) {
         Fd host = host_connect(rig.device.socket_path());
@@ -88,8 +90,8 @@ TEST_CASE("a malformed CONNECT line closes the host connection without bothering
     CHECK_FALSE(rig.guest.next(100ms));
 }
 
-TEST_CASE("guest RST to a host CONNECT closes the host socket") {
-    Rig rig;
+TEST_CASE("guest RST to a host CONNECT closes the host socket", "[vsock]") {
+    VsockRig rig;
     Fd host = host_connect(rig.device.socket_path());
     write_all(host.get(), "CONNECT 9\n");
     const auto request = rig.guest.next();
@@ -100,10 +102,10 @@ TEST_CASE("guest RST to a host CONNECT closes the host socket") {
     CHECK_FALSE(rig.guest.next(50ms));  // RST is never answered with RST
 }
 
-TEST_CASE("a host CONNECT the guest never answers is reset after the connect timeout") {
+TEST_CASE("a host CONNECT the guest never answers is reset after the connect timeout", "[vsock]") {
     VsockOptions options;
     options.connect_timeout = 100ms;
-    Rig rig(options);
+    VsockRig rig(options);
     Fd host = host_connect(rig.device.socket_path());
     write_all(host.get(), "CONNECT 9\n");
     const auto request = rig.guest.next();
@@ -115,8 +117,8 @@ TEST_CASE("a host CONNECT the guest never answers is reset after the connect tim
     CHECK(rst->header.src_port == request->header.src_port);
 }
 
-TEST_CASE("guest connect to CID 2 reaches the Unix listener at <path>_<port>; bytes flow both ways") {
-    Rig rig;
+TEST_CASE("guest connect to CID 2 reaches the Unix listener at <path>_<port>; bytes flow both ways", "[vsock]") {
+    VsockRig rig;
     Fd listener = host_listen(rig.path(6000));
     // The header split over two descriptors (20 + 24 bytes) parses the same.
     rig.guest.send(FakeVsockGuest::header(op::kRequest, 40000, 6000), {}, true, false, 20);
@@ -138,8 +140,8 @@ TEST_CASE("guest connect to CID 2 reaches the Unix listener at <path>_<port>; by
     CHECK(text_of(data->payload) == "pong");
 }
 
-TEST_CASE("guest connect to a port nobody listens on is answered with RST") {
-    Rig rig;
+TEST_CASE("guest connect to a port nobody listens on is answered with RST", "[vsock]") {
+    VsockRig rig;
     rig.guest.send(FakeVsockGuest::header(op::kRequest, 40001, 6001));
     const auto rst = rig.guest.next();
     REQUIRE(rst);
@@ -149,8 +151,8 @@ TEST_CASE("guest connect to a port nobody listens on is answered with RST") {
     CHECK(rig.device.stream_count() == 0);
 }
 
-TEST_CASE("credit: the device never sends more than the guest's buf_alloc and resumes on CREDIT_UPDATE") {
-    Rig rig;
+TEST_CASE("credit: the device never sends more than the guest's buf_alloc and resumes on CREDIT_UPDATE", "[vsock]") {
+    VsockRig rig;
     constexpr uint32_t kGuestBuf = 64 * 1024;
     constexpr size_t kTotal = 1 * MiB;
     HostStream s = connect_from_host(rig, 5000, kGuestBuf);
@@ -162,11 +164,17 @@ TEST_CASE("credit: the device never sends more than the guest's buf_alloc and re
     uint32_t fwd_cnt = 0;  // what the guest consumed and told the device
     bool saw_credit_request = false;
     // Phase 1: without a CREDIT_UPDATE the device stops at exactly 64 KiB.
-    while (auto p = rig.guest.next(300ms)) {
-        if (p->header.op == op::kCreditRequest) saw_credit_request = true;
-        if (p->header.op == op::kRw) received.append(p->payload.begin(), p->payload.end());
+    const auto take = [&](const RxPacket& p) {
+        if (p.header.op == op::kCreditRequest) saw_credit_request = true;
+        if (p.header.op == op::kRw) received.append(p.payload.begin(), p.payload.end());
         REQUIRE(received.size() <= kGuestBuf);
+    };
+    while (received.size() < kGuestBuf) {
+        const auto p = rig.guest.next();
+        REQUIRE(p);
+        take(*p);
     }
+    while (const auto p = rig.guest.next(300ms)) take(*p);  // and nothing more comes
     CHECK(received.size() == kGuestBuf);
     CHECK(saw_credit_request);
     // Phase 2: the guest consumes and says so; in flight never exceeds its buf_alloc.
@@ -184,10 +192,10 @@ TEST_CASE("credit: the device never sends more than the guest's buf_alloc and re
     CHECK(received == sent);
 }
 
-TEST_CASE("a guest ignoring the credit it was given is reset (the VMM buffers at most buf_alloc)") {
+TEST_CASE("a guest ignoring the credit it was given is reset (the VMM buffers at most buf_alloc)", "[vsock]") {
     VsockOptions options;
     options.stream_buf_alloc = 64 * 1024;
-    Rig rig(options);
+    VsockRig rig(options);
     HostStream s = connect_from_host(rig, 5000);  // the host program never reads
     const std::vector<uint8_t> chunk(kMaxPacketPayload, 0xab);
     std::optional<RxPacket> rst;
@@ -203,8 +211,8 @@ TEST_CASE("a guest ignoring the credit it was given is reset (the VMM buffers at
     CHECK(eventually([&] { return rig.device.stream_count() == 0; }));
 }
 
-TEST_CASE("host data waits in the VMM while the host socket is full and is never dropped or reordered") {
-    Rig rig;
+TEST_CASE("host data waits in the VMM while the host socket is full and is never dropped or reordered", "[vsock]") {
+    VsockRig rig;
     Fd listener = host_listen(rig.path(7000));
     Fd host = connect_from_guest(rig, listener.get(), 41000, 7000);
     // The guest sends 2 MiB, respecting the device's credit; the host reads late.
@@ -240,8 +248,8 @@ TEST_CASE("host data waits in the VMM while the host socket is full and is never
                      [](uint8_t a, char b) { return a == static_cast<uint8_t>(b); }));
 }
 
-TEST_CASE("malformed tx packets are answered with RST or dropped, and the device keeps working") {
-    Rig rig;
+TEST_CASE("malformed tx packets are answered with RST or dropped, and the device keeps working", "[vsock]") {
+    VsockRig rig;
     const auto expect_rst = [&](uint32_t guest_port, uint32_t host_port) {
         const auto p = rig.guest.next();
         REQUIRE(p);
@@ -294,8 +302,8 @@ TEST_CASE("malformed tx packets are answered with RST or dropped, and the device
     CHECK(rig.device.stream_count() == 1);
 }
 
-TEST_CASE("a malformed packet on a live stream resets it and closes the host socket") {
-    Rig rig;
+TEST_CASE("a malformed packet on a live stream resets it and closes the host socket", "[vsock]") {
+    VsockRig rig;
     HostStream s = connect_from_host(rig, 5000);
     auto h = FakeVsockGuest::header(op::kRw, 5000, s.host_port);
     h.len = 1000;
@@ -307,8 +315,8 @@ TEST_CASE("a malformed packet on a live stream resets it and closes the host soc
     CHECK(rig.device.stream_count() == 0);
 }
 
-TEST_CASE("a tx chain shorter than a header puts the device in NEEDS_RESET; a driver reset recovers it") {
-    Rig rig;
+TEST_CASE("a tx chain shorter than a header puts the device in NEEDS_RESET; a driver reset recovers it", "[vsock]") {
+    VsockRig rig;
     const std::vector<uint8_t> stub(20, 0);
     rig.guest.send_raw(stub);
     CHECK(eventually([&] { return rig.needs_reset(); }));
@@ -322,11 +330,26 @@ TEST_CASE("a tx chain shorter than a header puts the device in NEEDS_RESET; a dr
     CHECK(response->header.op == op::kResponse);
 }
 
-TEST_CASE("an rx buffer too small for a header puts the device in NEEDS_RESET") {
-    TempDir dir;
+TEST_CASE("a failed device leaves host connections waiting and serves them after the driver's reset", "[vsock]") {
+    VsockRig rig;
+    const std::vector<uint8_t> stub(20, 0);
+    rig.guest.send_raw(stub);
+    REQUIRE(eventually([&] { return rig.needs_reset(); }));
+    Fd host = host_connect(rig.device.socket_path());
+    write_all(host.get(), "CONNECT 5000\n");
+    CHECK_FALSE(readable(host.get(), 100ms));  // neither served nor closed
+    FakeVsockGuest again(rig.memory, rig.driver);
+    const auto request = again.next();
+    REQUIRE(request);
+    CHECK(request->header.op == op::kRequest);
+    CHECK(request->header.dst_port == 5000);
+}
+
+TEST_CASE("an rx buffer too small for a header puts the device in NEEDS_RESET", "[vsock]") {
+    SocketDir dir;
     GuestMemory memory = GuestMemory::create(16 * MiB);
     EventLoop loop;
-    VsockDevice device(loop, with_path({}, dir.path()));
+    VsockDevice device(loop, with_path({}, dir.path));
     MmioTransport transport(device, memory, loop);
     test::TestDriver driver(memory, transport);
     REQUIRE(driver.bring_up());
@@ -341,8 +364,8 @@ TEST_CASE("an rx buffer too small for a header puts the device in NEEDS_RESET") 
     CHECK(eventually([&] { return (transport.status() & status::kDeviceNeedsReset) != 0; }));
 }
 
-TEST_CASE("transport reset: the event reaches the guest, host connections close, the listener stays") {
-    Rig rig;
+TEST_CASE("transport reset: the event reaches the guest, host connections close, the listener stays", "[vsock]") {
+    VsockRig rig;
     HostStream from_host = connect_from_host(rig, 5000);
     Fd listener = host_listen(rig.path(6200));
     Fd from_guest = connect_from_guest(rig, listener.get(), 42000, 6200);
@@ -364,8 +387,8 @@ TEST_CASE("transport reset: the event reaches the guest, host connections close,
     CHECK(rig.device.stream_count() == 1);
 }
 
-TEST_CASE("transport reset waits for an event buffer when the guest has none posted") {
-    Rig rig({}, 4096, 0);
+TEST_CASE("transport reset waits for an event buffer when the guest has none posted", "[vsock]") {
+    VsockRig rig({}, 4096, 0);
     rig.device.send_transport_reset();
     CHECK(rig.device.save_state().transport_reset_pending);
     std::this_thread::sleep_for(20ms);
@@ -380,10 +403,10 @@ TEST_CASE("transport reset waits for an event buffer when the guest has none pos
     CHECK_FALSE(rig.device.save_state().transport_reset_pending);
 }
 
-TEST_CASE("host closing its socket: the guest sees SHUTDOWN both ways, then RST if it stays silent") {
+TEST_CASE("host closing its socket: the guest sees SHUTDOWN both ways, then RST if it stays silent", "[vsock]") {
     VsockOptions options;
     options.shutdown_timeout = 100ms;
-    Rig rig(options);
+    VsockRig rig(options);
     HostStream s = connect_from_host(rig, 5000);
     write_all(s.fd.get(), "goodbye");
     s.fd.reset();
@@ -401,20 +424,21 @@ TEST_CASE("host closing its socket: the guest sees SHUTDOWN both ways, then RST 
     CHECK(rig.device.stream_count() == 0);
 }
 
-TEST_CASE("host closing its socket: the guest's RST answer to SHUTDOWN ends the stream") {
-    Rig rig;
+TEST_CASE("host closing its socket: the guest's RST answer to SHUTDOWN ends the stream", "[vsock]") {
+    VsockRig rig;
     HostStream s = connect_from_host(rig, 5000);
     s.fd.reset();
     const auto p = next_non_credit(rig.guest);
     REQUIRE(p);
     CHECK(p->header.op == op::kShutdown);
+    CHECK(p->header.flags == shutdown::kBoth);
     rig.guest.send(FakeVsockGuest::header(op::kRst, 5000, s.host_port));
     CHECK(eventually([&] { return rig.device.stream_count() == 0; }));
     CHECK_FALSE(rig.guest.next(50ms));
 }
 
-TEST_CASE("host socket dropped while the guest sends: the guest gets RST") {
-    Rig rig;
+TEST_CASE("host socket dropped while the guest sends: the guest gets RST", "[vsock]") {
+    VsockRig rig;
     Fd listener = host_listen(rig.path(6300));
     Fd host = connect_from_guest(rig, listener.get(), 43000, 6300);
     host.reset();
@@ -429,8 +453,8 @@ TEST_CASE("host socket dropped while the guest sends: the guest gets RST") {
     CHECK(eventually([&] { return rig.device.stream_count() == 0; }));
 }
 
-TEST_CASE("half-close: host SHUT_WR becomes SHUTDOWN SEND; guest SHUTDOWN SEND becomes EOF on the host") {
-    Rig rig;
+TEST_CASE("half-close: host SHUT_WR becomes SHUTDOWN SEND; guest SHUTDOWN SEND becomes EOF on the host", "[vsock]") {
+    VsockRig rig;
     HostStream s = connect_from_host(rig, 5000);
     write_all(s.fd.get(), "last words");
     ::shutdown(s.fd.get(), SHUT_WR);
@@ -455,8 +479,8 @@ TEST_CASE("half-close: host SHUT_WR becomes SHUTDOWN SEND; guest SHUTDOWN SEND b
     CHECK(eventually([&] { return rig.device.stream_count() == 0; }));
 }
 
-TEST_CASE("guest close (SHUTDOWN both): its last bytes reach the host, then the device answers RST") {
-    Rig rig;
+TEST_CASE("guest close (SHUTDOWN both): its last bytes reach the host, then the device answers RST", "[vsock]") {
+    VsockRig rig;
     Fd listener = host_listen(rig.path(6400));
     Fd host = connect_from_guest(rig, listener.get(), 44000, 6400);
     rig.guest.send(FakeVsockGuest::header(op::kRw, 44000, 6400), bytes_of("bye"));
@@ -469,8 +493,8 @@ TEST_CASE("guest close (SHUTDOWN both): its last bytes reach the host, then the 
     CHECK(rig.device.stream_count() == 0);
 }
 
-TEST_CASE("CREDIT_REQUEST is answered with CREDIT_UPDATE carrying the device's buf_alloc and fwd_cnt") {
-    Rig rig;
+TEST_CASE("CREDIT_REQUEST is answered with CREDIT_UPDATE carrying the device's buf_alloc and fwd_cnt", "[vsock]") {
+    VsockRig rig;
     Fd listener = host_listen(rig.path(6500));
     Fd host = connect_from_guest(rig, listener.get(), 45000, 6500);
     rig.guest.send(FakeVsockGuest::header(op::kRw, 45000, 6500), bytes_of("12345"));
@@ -483,10 +507,10 @@ TEST_CASE("CREDIT_REQUEST is answered with CREDIT_UPDATE carrying the device's b
     CHECK(p->header.fwd_cnt == 5);
 }
 
-TEST_CASE("the stream cap refuses further guest connects and host connections") {
+TEST_CASE("the stream cap refuses further guest connects and host connections", "[vsock]") {
     VsockOptions options;
     options.max_streams = 4;
-    Rig rig(options);
+    VsockRig rig(options);
     Fd listener = host_listen(rig.path(6600));
     std::vector<Fd> hosts;
     for (uint32_t port = 1; port <= 4; ++port) hosts.push_back(connect_from_guest(rig, listener.get(), port, 6600));
@@ -499,8 +523,8 @@ TEST_CASE("the stream cap refuses further guest connects and host connections") 
     CHECK(rig.device.stream_count() == 4);
 }
 
-TEST_CASE("vsock state keeps the CID and the host port allocator") {
-    Rig rig;
+TEST_CASE("vsock state keeps the CID and the host port allocator", "[vsock]") {
+    VsockRig rig;
     HostStream s = connect_from_host(rig, 5000);
     CHECK(s.host_port == kFirstLocalPort);
     VsockState state = rig.device.save_state();
@@ -515,10 +539,10 @@ TEST_CASE("vsock state keeps the CID and the host port allocator") {
     CHECK_THROWS_AS(rig.device.load_state(state), Error);
 }
 
-TEST_CASE("the vsock socket path: a dead VMM's stale socket is replaced, a live one is refused") {
-    TempDir dir;
+TEST_CASE("the vsock socket path: a dead VMM's stale socket is replaced, a live one is refused", "[vsock]") {
+    SocketDir dir;
     EventLoop loop;
-    const VsockOptions options = with_path({}, dir.path());
+    const VsockOptions options = with_path({}, dir.path);
     { Fd stale = host_listen(options.uds_path); }  // closed: the file stays behind
     VsockDevice device(loop, options);
     Fd client = host_connect(options.uds_path);   // the new listener answers
@@ -526,7 +550,7 @@ TEST_CASE("the vsock socket path: a dead VMM's stale socket is replaced, a live 
     CHECK_THROWS_AS(VsockDevice(loop, options), Error);
     VsockOptions bad = options;
     bad.guest_cid = 2;
-    bad.uds_path = dir.path() + "/other.sock";
+    bad.uds_path = dir.path + "/other.sock";
     CHECK_THROWS_AS(VsockDevice(loop, bad), Error);
     bad.guest_cid = 3;
     bad.uds_path = std::string(100, 'x');
