@@ -143,6 +143,8 @@ int boot(const BootOptions& options) {
         return load_linux(memory, {kernel, kernel_path}, {initrd, initrd_path}, cmdline, options.cpus);
     }();
 
+    check_disk_paths(options);
+
     // 2. Where the console goes.
     Fd console_file;
     if (!options.console.empty()) {

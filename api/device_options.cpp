@@ -25,7 +25,8 @@ Spec split(const char* option, const std::string& text) {
         const size_t comma = text.find(',', start);
         const std::string part = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
         if (first) {
-            if (part.empty()) throw Error(fmt::format("{} {}: the first part must not be empty", option, text));
+            if (part.empty())
+                throw Error(fmt::format("{} {}: the path (or tap name) before the first comma is empty", option, text));
             spec.value = part;
             first = false;
         } else {

@@ -49,8 +49,8 @@ int main(int argc, char** argv) {
             ->type_name("SPEC");
         bool no_rng = false;
         boot->add_option("--disk", disk_specs,
-                         "A raw disk image as virtio-blk: PATH[,ro][,serial=ID] (repeatable; the first is "
-                         "/dev/vda)")
+                         "A raw disk image as virtio-blk: PATH[,ro][,serial=ID] (repeatable; /dev/vda, vdb, ... "
+                         "in order, after the --root disk if any)")
             ->type_name("SPEC");
         boot->add_option("--scratch", boot_options.scratch,
                          "A 16 GiB sparse writable scratch disk at FILE (created if missing), after the --disk ones")

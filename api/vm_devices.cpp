@@ -1,5 +1,10 @@
 #include "api/vm_devices.hpp"
 
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include <nlohmann/json.hpp>
 #include <fmt/format.h>
 
@@ -26,6 +31,17 @@ std::string virtio_cmdline(const BootOptions& options) {
         out += virtio::virtio_mmio_cmdline_param(static_cast<uint32_t>(i));
     }
     return out;
+}
+
+void check_disk_paths(const BootOptions& options) {
+    for (size_t i = 0; i < options.disks.size(); ++i) {
+        const std::string& path = options.disks[i].path;
+        const char* option = options.root_disk && i == 0 ? "--root" : "--disk";
+        struct stat st {};
+        if (::stat(path.c_str(), &st) != 0) throw Error(fmt::format("{} {}: {}", option, path, ::strerror(errno)));
+        if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode))
+            throw Error(fmt::format("{} {}: not a regular file or block device", option, path));
+    }
 }
 
 namespace {

@@ -27,6 +27,11 @@ size_t virtio_device_count(const BootOptions& options);
 /// The virtio_mmio.device=... parameters for those devices, space-separated.
 std::string virtio_cmdline(const BootOptions& options);
 
+/// Checks, before KVM is touched, that every --root/--disk image exists and is a
+/// regular file or block device, so a wrong path is the error a user sees first.
+/// Throws Error("--disk PATH: No such file or directory").
+void check_disk_paths(const BootOptions& options);
+
 /// Creates the devices of `options` on `machine` (MMIO windows, ioeventfds, irqfds),
 /// all served by one EventLoop thread. Opens the disk images (creating the scratch
 /// disk sparse if missing), the tap and the vsock socket. Throws Error / SysError

@@ -13,7 +13,7 @@ TEST_CASE("--disk takes a path with ro and serial settings") {
     CHECK(ro.read_only);
     CHECK(ro.serial == "root0");
     CHECK_THROWS_WITH(parse_disk_option("a.img,rw"), "--disk a.img,rw: unknown setting 'rw'");
-    CHECK_THROWS_WITH(parse_disk_option(",ro"), "--disk ,ro: the first part must not be empty");
+    CHECK_THROWS_WITH(parse_disk_option(",ro"), "--disk ,ro: the path (or tap name) before the first comma is empty");
     CHECK_THROWS_WITH(parse_disk_option("a.img,serial=123456789012345678901"),
                       "--disk a.img,serial=123456789012345678901: serial must be 1 to 20 bytes");
     CHECK_THROWS_WITH(parse_disk_option("a.img,,ro"), "--disk a.img,,ro: empty part");
