@@ -87,6 +87,12 @@ public:
     /// then unusable until reset.
     std::optional<DescriptorChain> pop(const GuestMemory& memory);
 
+    /// Gives back the chain the last pop() returned, unused, so that the next pop()
+    /// returns it again (a device that cannot serve it yet: tap full, no frame).
+    /// Only right after that pop(), before any push_used; nothing in guest memory
+    /// changes (the avail ring and descriptors stay the driver's).
+    void undo_pop() noexcept { --state_.next_avail; }
+
     /// Returns chain `head` to the driver with `written` bytes written into its
     /// writable buffers (§2.7.8): used element, then (release) the used index.
     /// Throws QueueError if the used ring is outside guest memory.

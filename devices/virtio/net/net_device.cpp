@@ -20,11 +20,6 @@ constexpr uint32_t kHdrBytes = sizeof(VirtioNetHdr);
 // readv/writev take at most IOV_MAX pieces; one is kept for the header or overflow.
 constexpr size_t kMaxChainIovecs = IOV_MAX - 1;
 
-// Gives the chain just popped back to the ring, untouched: the next pop returns it
-// again. Nothing about it was published to the driver (no used element, and the
-// avail_event the device writes is only ever set from next_avail afterwards).
-void unpop(Virtqueue& queue) { --queue.state().next_avail; }
-
 uint64_t total_bytes(const std::vector<iovec>& iov) {
     uint64_t n = 0;
     for (const iovec& v : iov) n += v.iov_len;
@@ -191,7 +186,7 @@ void NetDevice::process_rx() {
             used = true;
             continue;
         }
-        unpop(receiveq);  // the chain waits for the next frame
+        receiveq.undo_pop();  // the chain waits for the next frame
         if (result == RxResult::kNone) break;
     }
     if (used && receiveq.needs_interrupt(active_->memory)) active_->link.signal_used();
@@ -279,7 +274,7 @@ void NetDevice::process_tx() {
         }
         const TxResult result = send_frame(*chain);
         if (result == TxResult::kBlocked) {
-            unpop(transmitq);
+            transmitq.undo_pop();
             tx_blocked_ = true;
             update_watch();
             break;

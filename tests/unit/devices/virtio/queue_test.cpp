@@ -581,3 +581,18 @@ TEST_CASE("virtqueue: check_layout refuses rings outside guest RAM", "[virtio][q
         CHECK_NOTHROW(q.check_layout(memory));
     }
 }
+
+TEST_CASE("virtqueue: undo_pop gives the chain back, and the next pop returns it again", "[virtio][queue]") {
+    QueueBench bench;
+    bench.ring->set_descriptor(0, {kBuffers, 4, kNext, 1});
+    bench.ring->set_descriptor(1, {kBuffers + 0x100, 8, kWrite, 0});
+    const DescriptorChain first = bench.pop_ok();
+    bench.queue.undo_pop();
+    CHECK(bench.ring->used_idx() == 0);
+    const std::optional<DescriptorChain> again = bench.queue.pop(bench.memory);
+    REQUIRE(again);
+    CHECK(again->head == first.head);
+    CHECK(again->readable_bytes == 4);
+    CHECK(again->writable_bytes == 8);
+    CHECK_FALSE(bench.queue.pop(bench.memory));
+}
