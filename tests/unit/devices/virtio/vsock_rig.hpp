@@ -21,25 +21,16 @@
 #include <fmt/format.h>
 
 #include "devices/virtio/vsock/vsock_device.hpp"
+#include "tests/support/temp_dir.hpp"
 #include "tests/unit/devices/virtio/vsock_guest.hpp"
 #include "tests/unit/vmm/event_loop_waits.hpp"
 
-// A namespace of its own: other device rigs define their own TempDir and helpers.
+// A namespace of its own: device rigs in one test binary must not share helper names.
 namespace nanovm::test::vsockrig {
 
 using namespace std::chrono_literals;
 using namespace nanovm::virtio;         // test-only header: the spec's names unqualified
 using namespace nanovm::virtio::vsock;
-
-struct SocketDir {
-    std::string path;
-    SocketDir() {
-        char name[] = "/tmp/nanovm-vsock-XXXXXX";
-        if (!::mkdtemp(name)) throw std::runtime_error("mkdtemp");
-        path = name;
-    }
-    ~SocketDir() { std::filesystem::remove_all(path); }
-};
 
 inline VsockOptions with_path(VsockOptions options, const std::string& dir) {
     options.guest_cid = FakeVsockGuest::kGuestCid;
@@ -49,7 +40,7 @@ inline VsockOptions with_path(VsockOptions options, const std::string& dir) {
 
 // One device on a transport, driven by a fake guest; host sockets under a temp dir.
 struct VsockRig {
-    SocketDir dir;
+    test::TempDir dir{"vsock"};
     GuestMemory memory = GuestMemory::create(64 * MiB);
     EventLoop loop;
     VsockDevice device;
@@ -58,7 +49,7 @@ struct VsockRig {
     FakeVsockGuest guest;
 
     explicit VsockRig(VsockOptions options = {}, uint32_t rx_payload = 4096, uint16_t event_buffers = 4)
-        : device(loop, with_path(options, dir.path)), transport(device, memory, loop), driver(memory, transport),
+        : device(loop, with_path(options, dir.path())), transport(device, memory, loop), driver(memory, transport),
           guest(memory, driver, rx_payload, event_buffers) {}
     std::string path(uint32_t port) const { return fmt::format("{}_{}", device.socket_path(), port); }
     bool needs_reset() { return (transport.status() & status::kDeviceNeedsReset) != 0; }

@@ -346,10 +346,10 @@ TEST_CASE("a failed device leaves host connections waiting and serves them after
 }
 
 TEST_CASE("an rx buffer too small for a header puts the device in NEEDS_RESET", "[vsock]") {
-    SocketDir dir;
+    test::TempDir dir{"vsock"};
     GuestMemory memory = GuestMemory::create(16 * MiB);
     EventLoop loop;
-    VsockDevice device(loop, with_path({}, dir.path));
+    VsockDevice device(loop, with_path({}, dir.path()));
     MmioTransport transport(device, memory, loop);
     test::TestDriver driver(memory, transport);
     REQUIRE(driver.bring_up());
@@ -540,9 +540,9 @@ TEST_CASE("vsock state keeps the CID and the host port allocator", "[vsock]") {
 }
 
 TEST_CASE("the vsock socket path: a dead VMM's stale socket is replaced, a live one is refused", "[vsock]") {
-    SocketDir dir;
+    test::TempDir dir{"vsock"};
     EventLoop loop;
-    const VsockOptions options = with_path({}, dir.path);
+    const VsockOptions options = with_path({}, dir.path());
     { Fd stale = host_listen(options.uds_path); }  // closed: the file stays behind
     VsockDevice device(loop, options);
     Fd client = host_connect(options.uds_path);   // the new listener answers
@@ -550,7 +550,7 @@ TEST_CASE("the vsock socket path: a dead VMM's stale socket is replaced, a live 
     CHECK_THROWS_AS(VsockDevice(loop, options), Error);
     VsockOptions bad = options;
     bad.guest_cid = 2;
-    bad.uds_path = dir.path + "/other.sock";
+    bad.uds_path = dir.path() + "/other.sock";
     CHECK_THROWS_AS(VsockDevice(loop, bad), Error);
     bad.guest_cid = 3;
     bad.uds_path = std::string(100, 'x');
