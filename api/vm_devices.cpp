@@ -24,13 +24,7 @@ size_t virtio_device_count(const BootOptions& options) {
 }
 
 std::string virtio_cmdline(const BootOptions& options) {
-    std::string out;
-    const size_t count = virtio_device_count(options);
-    for (size_t i = 0; i < count; ++i) {
-        if (i) out += ' ';
-        out += virtio::virtio_mmio_cmdline_param(static_cast<uint32_t>(i));
-    }
-    return out;
+    return virtio::virtio_mmio_cmdline(static_cast<uint32_t>(virtio_device_count(options)));
 }
 
 void check_disk_paths(const BootOptions& options) {

@@ -13,6 +13,15 @@ std::string virtio_mmio_cmdline_param(uint32_t index) {
                        kFirstVirtioGsi + index);
 }
 
+std::string virtio_mmio_cmdline(uint32_t count) {
+    std::string out;
+    for (uint32_t i = 0; i < count; ++i) {
+        if (i) out += ' ';
+        out += virtio_mmio_cmdline_param(i);
+    }
+    return out;
+}
+
 MmioDevices::~MmioDevices() {
     // Transports first (each resets its device), then the devices they refer to.
     for (Slot& slot : slots_) slot.transport.reset();
@@ -32,15 +41,6 @@ MmioTransport& MmioDevices::add(std::unique_ptr<VirtioDevice> device) {
     bus_.add(slot.base, mmio::kWindowSize, transport, slot.device->name());
     slots_.push_back(std::move(slot));
     return transport;
-}
-
-std::string MmioDevices::kernel_cmdline() const {
-    std::string out;
-    for (size_t i = 0; i < slots_.size(); ++i) {
-        if (i) out += ' ';
-        out += virtio_mmio_cmdline_param(static_cast<uint32_t>(i));
-    }
-    return out;
 }
 
 }  // namespace nanovm::virtio

@@ -32,6 +32,10 @@ inline constexpr uint32_t kMaxVirtioDevices = 24 - kFirstVirtioGsi;
 /// "virtio_mmio.device=4K@0xd0000000:5". Throws Error if index >= kMaxVirtioDevices.
 std::string virtio_mmio_cmdline_param(uint32_t index);
 
+/// The parameters of devices 0..count-1, space-separated: what the kernel command
+/// line needs for `count` devices (known before the VM exists). Throws as above.
+std::string virtio_mmio_cmdline(uint32_t count);
+
 /// Owns a VM's virtio devices and their transports, in the order they were added.
 /// Destroy it before the Vm, the GuestMemory and the EventLoop it was given (it
 /// resets every device, so no device callback runs afterwards).
@@ -50,8 +54,8 @@ public:
     /// from KVM_IOEVENTFD / KVM_IRQFD.
     MmioTransport& add(std::unique_ptr<VirtioDevice> device);
 
-    /// virtio_mmio_cmdline_param() of every device added, space-separated.
-    std::string kernel_cmdline() const;
+    /// virtio_mmio_cmdline(size()): the declarations of every device added.
+    std::string kernel_cmdline() const { return virtio_mmio_cmdline(static_cast<uint32_t>(slots_.size())); }
     size_t size() const noexcept { return slots_.size(); }
     MmioTransport& transport(size_t index) { return *slots_.at(index).transport; }
 

@@ -2,6 +2,7 @@
 // the transport, queue, chain I/O and event loop working together.
 #include <catch2/catch.hpp>
 
+#include "devices/virtio/mmio_devices.hpp"
 #include "tests/unit/devices/virtio/echo_device.hpp"
 #include "tests/unit/devices/virtio/test_driver.hpp"
 
@@ -28,4 +29,11 @@ TEST_CASE("an echo device round-trips a chain through the mmio transport and the
     CHECK(driver.read_guest(posted.writable_gpas[0], 5) == std::vector<uint8_t>{1, 2, 3, 4, 5});
     CHECK(driver.take_interrupts() == 1);
     CHECK((driver.reg(mmio::kInterruptStatus) & mmio::kInterruptUsedRing) != 0);
+}
+
+TEST_CASE("virtio-mmio devices are declared on the kernel command line at 4 KiB windows from 0xd0000000, GSI 5 up") {
+    CHECK(virtio_mmio_cmdline(0).empty());
+    CHECK(virtio_mmio_cmdline(3) ==
+          "virtio_mmio.device=4K@0xd0000000:5 virtio_mmio.device=4K@0xd0001000:6 virtio_mmio.device=4K@0xd0002000:7");
+    CHECK_THROWS_AS(virtio_mmio_cmdline(kMaxVirtioDevices + 1), Error);
 }
