@@ -12,6 +12,7 @@
 
 #include <cstring>
 
+#include "guest-init/agent/context.hpp"
 #include "guest-init/signals.hpp"
 
 namespace nanovm::agent {
@@ -73,6 +74,10 @@ bool spawn_process(const SpawnSpec& spec, SpawnedProcess& out, Failure& failure)
         failure = errno_failure("pipe2");
         return false;
     }
+    // Larger output pipes: fewer wake-ups per byte for chatty commands. Best effort
+    // (the kernel may refuse beyond its per-user pipe budget; 64 KiB then).
+    ::fcntl(stdout_r.get(), F_SETPIPE_SZ, static_cast<int>(kOutputPipeSize));
+    ::fcntl(stderr_r.get(), F_SETPIPE_SZ, static_cast<int>(kOutputPipeSize));
 
     // Everything the child needs is built before fork(): after it, only
     // async-signal-safe calls.

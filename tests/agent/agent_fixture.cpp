@@ -126,6 +126,20 @@ int AgentProcess::children() const {
     return count_children(pid_, [](char) { return true; });
 }
 
+long AgentProcess::rss_kib() const {
+    std::ifstream in("/proc/" + std::to_string(pid_) + "/status");
+    std::string key;
+    while (in >> key) {
+        if (key == "VmRSS:") {
+            long kib = -1;
+            in >> kib;
+            return kib;
+        }
+        in.ignore(1 << 20, '\n');
+    }
+    return -1;
+}
+
 void send_bytes(int fd, std::string_view bytes) {
     while (!bytes.empty()) {
         pollfd p{fd, POLLOUT, 0};
