@@ -111,10 +111,10 @@ bool spawn_process(const SpawnSpec& spec, SpawnedProcess& out, Failure& failure)
         }
         // Whatever else the agent inherited without close-on-exec stays out of commands.
         ::syscall(SYS_close_range, spec.status_pipe ? 4u : 3u, ~0u, CLOSE_RANGE_CLOEXEC);
-        if (spec.gid) {
-            if (::setgroups(0, nullptr) != 0) child_fail(report, Step::kSetgroups);
-            if (::setgid(gid) != 0) child_fail(report, Step::kSetgid);
-        }
+        // Either switch drops the supplementary groups: a uid alone must not keep
+        // the agent's (root's) groups.
+        if ((spec.uid || spec.gid) && ::setgroups(0, nullptr) != 0) child_fail(report, Step::kSetgroups);
+        if (spec.gid && ::setgid(gid) != 0) child_fail(report, Step::kSetgid);
         if (spec.uid && ::setuid(uid) != 0) child_fail(report, Step::kSetuid);
         if (::chdir(cwd) != 0) child_fail(report, Step::kChdir);
         ::execve(spec.path.c_str(), argv.data(), envp.data());

@@ -133,6 +133,9 @@ TEST_CASE("uid and gid switch the command's user and group", "[agent][exec]") {
     c.uid = 65534;
     c.gid = 65533;
     CHECK(client.run(c).stdout_data == "65534\n65533\n65533\n");
+    Command uid_only = Command::shell_command("id -u; id -G");
+    uid_only.uid = 65534;
+    CHECK(client.run(uid_only).stdout_data == "65534\n0\n");  // root's other groups dropped
     // As that user, root's files are out of reach.
     client.write_file(agent.dir() + "/secret", "s", WriteOptions{0600, false});
     Command cat = Command::program({"cat", agent.dir() + "/secret"});
