@@ -115,7 +115,7 @@ struct ClientLimits {
     size_t max_list_entries = 1'000'000;
 };
 
-/// Where a command's output goes as it arrives (each a chunk of up to 64 KiB). An
+/// Where a command's output goes as it arrives (each a chunk of up to 256 KiB). An
 /// unset callback leaves that stream to be collected in ExecResult.
 struct OutputCallbacks {
     std::function<void(std::string_view)> on_stdout;

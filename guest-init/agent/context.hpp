@@ -32,8 +32,10 @@ inline constexpr size_t kOutputLowWater = 256u << 10;
 inline constexpr size_t kInputStopOutput = 4u << 20;
 /// Stdin bytes waiting for a command above which the connection stops reading.
 inline constexpr size_t kStdinBacklogLimit = 1u << 20;
-/// Bytes read from a command pipe per STDOUT/STDERR frame (a pipe's default size).
-inline constexpr size_t kPipeChunk = 64u << 10;
+/// The size asked for a command's stdout and stderr pipes (the default is 64 KiB).
+inline constexpr size_t kOutputPipeSize = 256u << 10;
+/// Bytes read from a command pipe per STDOUT/STDERR frame, at most.
+inline constexpr size_t kPipeChunk = 256u << 10;
 /// Bytes per READ_DATA frame.
 inline constexpr size_t kFileChunk = 256u << 10;
 /// Bytes per DIR_ENTRIES frame, at most.

@@ -12,6 +12,7 @@
 
 #include <cstring>
 
+#include "guest-init/agent/context.hpp"
 #include "guest-init/signals.hpp"
 
 namespace nanovm::agent {
@@ -73,6 +74,10 @@ bool spawn_process(const SpawnSpec& spec, SpawnedProcess& out, Failure& failure)
         failure = errno_failure("pipe2");
         return false;
     }
+    // Larger output pipes: fewer wake-ups per byte for chatty commands. Best effort
+    // (the kernel may refuse beyond its per-user pipe budget; 64 KiB then).
+    ::fcntl(stdout_r.get(), F_SETPIPE_SZ, static_cast<int>(kOutputPipeSize));
+    ::fcntl(stderr_r.get(), F_SETPIPE_SZ, static_cast<int>(kOutputPipeSize));
 
     // Everything the child needs is built before fork(): after it, only
     // async-signal-safe calls.
@@ -106,10 +111,10 @@ bool spawn_process(const SpawnSpec& spec, SpawnedProcess& out, Failure& failure)
         }
         // Whatever else the agent inherited without close-on-exec stays out of commands.
         ::syscall(SYS_close_range, spec.status_pipe ? 4u : 3u, ~0u, CLOSE_RANGE_CLOEXEC);
-        if (spec.gid) {
-            if (::setgroups(0, nullptr) != 0) child_fail(report, Step::kSetgroups);
-            if (::setgid(gid) != 0) child_fail(report, Step::kSetgid);
-        }
+        // Either switch drops the supplementary groups: a uid alone must not keep
+        // the agent's (root's) groups.
+        if ((spec.uid || spec.gid) && ::setgroups(0, nullptr) != 0) child_fail(report, Step::kSetgroups);
+        if (spec.gid && ::setgid(gid) != 0) child_fail(report, Step::kSetgid);
         if (spec.uid && ::setuid(uid) != 0) child_fail(report, Step::kSetuid);
         if (::chdir(cwd) != 0) child_fail(report, Step::kChdir);
         ::execve(spec.path.c_str(), argv.data(), envp.data());

@@ -23,7 +23,7 @@ struct SpawnSpec {
     std::vector<std::string> argv;  ///< argv[0] included
     std::vector<std::string> env;   ///< "KEY=VALUE", the whole environment
     std::string cwd;                ///< "" means "/"
-    std::optional<uint32_t> uid;    ///< setuid (after setgroups(0) + setgid)
+    std::optional<uint32_t> uid;    ///< setuid, after setgid (either drops supplementary groups)
     std::optional<uint32_t> gid;
     bool stdin_pipe = false;   ///< stdin from a pipe (stdin_w); else /dev/null
     bool status_pipe = false;  ///< fd 3 of the child is the write end of status_r

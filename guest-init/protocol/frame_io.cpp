@@ -4,6 +4,10 @@
 #include <cstring>
 
 namespace nanovm::agent::proto {
+namespace {
+// FrameOutput keeps up to this much buffer while idle.
+constexpr size_t kKeptCapacity = 2u << 20;
+}  // namespace
 
 char* FrameParser::prepare(size_t bytes) {
     if (begin_ == end_) begin_ = end_ = 0;
@@ -50,38 +54,58 @@ void FrameOutput::append(MessageType type, uint32_t id, std::string_view payload
     finish_frame(payload.size(), true);
 }
 
+void FrameOutput::reserve_tail(size_t bytes) {
+    if (capacity_ - end_ >= bytes) return;
+    const size_t queued = size();
+    if (capacity_ - queued >= bytes && begin_ >= queued) {
+        // Enough room once the sent prefix is dropped, and moving the rest costs no
+        // more than what was sent since the last move.
+        std::memmove(buf_.get(), buf_.get() + begin_, queued);
+    } else {
+        size_t capacity = capacity_ < 4096 ? 4096 : capacity_;
+        while (capacity < queued + bytes) capacity *= 2;
+        std::unique_ptr<char[]> bigger(new char[capacity]);
+        if (queued > 0) std::memcpy(bigger.get(), buf_.get() + begin_, queued);
+        buf_ = std::move(bigger);
+        capacity_ = capacity;
+    }
+    begin_ = 0;
+    end_ = queued;
+}
+
 char* FrameOutput::begin_frame(MessageType type, uint32_t id, size_t max_payload) {
-    open_frame_ = buf_.size();
+    reserve_tail(kFrameHeaderSize + max_payload);
+    open_frame_ = end_;
     open_max_ = max_payload;
-    buf_.resize(open_frame_ + kFrameHeaderSize + max_payload);
+    end_ += kFrameHeaderSize + max_payload;
     FrameHeader h;
     h.type = type;
     h.id = id;
-    encode_frame_header(h, reinterpret_cast<unsigned char*>(buf_.data() + open_frame_));
-    return buf_.data() + open_frame_ + kFrameHeaderSize;
+    encode_frame_header(h, reinterpret_cast<unsigned char*>(buf_.get() + open_frame_));
+    return buf_.get() + open_frame_ + kFrameHeaderSize;
 }
 
 void FrameOutput::finish_frame(size_t payload_length, bool keep_empty) {
     if (payload_length > open_max_) payload_length = open_max_;
     if (payload_length == 0 && !keep_empty) {
-        buf_.resize(open_frame_);
+        end_ = open_frame_;
         return;
     }
-    unsigned char* header = reinterpret_cast<unsigned char*>(buf_.data() + open_frame_);
+    unsigned char* header = reinterpret_cast<unsigned char*>(buf_.get() + open_frame_);
     FrameHeader h = decode_frame_header(header);
     h.payload_length = static_cast<uint32_t>(payload_length);
     encode_frame_header(h, header);
-    buf_.resize(open_frame_ + kFrameHeaderSize + payload_length);
+    end_ = open_frame_ + kFrameHeaderSize + payload_length;
 }
 
 void FrameOutput::consume(size_t bytes) {
     begin_ += bytes;
-    if (begin_ >= buf_.size()) {
-        buf_.clear();
-        begin_ = 0;
-    } else if (begin_ >= (64u << 10) && begin_ * 2 >= buf_.size()) {
-        buf_.erase(0, begin_);
-        begin_ = 0;
+    if (begin_ < end_) return;
+    begin_ = end_ = 0;
+    // A burst grew the buffer beyond what steady streaming needs: give it back.
+    if (capacity_ > kKeptCapacity) {
+        buf_.reset();
+        capacity_ = 0;
     }
 }
 

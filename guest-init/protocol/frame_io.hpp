@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -74,16 +75,22 @@ public:
     /// 0 drops the frame again when `keep_empty` is false.
     void finish_frame(size_t payload_length, bool keep_empty = false);
     /// Bytes queued, headers included.
-    size_t size() const { return buf_.size() - begin_; }
+    size_t size() const { return end_ - begin_; }
     bool empty() const { return size() == 0; }
     /// The queued bytes, to hand to write(2).
-    std::string_view pending() const { return std::string_view(buf_).substr(begin_); }
+    std::string_view pending() const { return std::string_view(buf_.get() + begin_, size()); }
     /// Drops the first `bytes` queued bytes (written).
     void consume(size_t bytes);
 
 private:
-    std::string buf_;
-    size_t begin_ = 0;
+    // Makes room for `bytes` more at end_ (uninitialised: payloads are written in
+    // place, so no byte is written twice).
+    void reserve_tail(size_t bytes);
+
+    std::unique_ptr<char[]> buf_;
+    size_t capacity_ = 0;
+    size_t begin_ = 0;  // first queued byte
+    size_t end_ = 0;    // one past the last queued byte
     size_t open_frame_ = 0;  // offset of the frame begun by begin_frame()
     size_t open_max_ = 0;
 };

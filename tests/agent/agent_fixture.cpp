@@ -70,13 +70,16 @@ AgentProcess::AgentProcess() {
     dir_ = tmpl;
     socket_path_ = dir_ + "/agent.sock";
     const std::string listen = "unix:" + socket_path_;
+    // NANOVM_AGENT overrides the binary (e.g. a sanitizer build of the agent).
+    const char* override_path = std::getenv("NANOVM_AGENT");
+    const std::string agent_path = override_path != nullptr && *override_path != '\0' ? override_path : NANOVM_AGENT_PATH;
     pid_ = ::fork();
     if (pid_ < 0) fail_errno("fork");
     if (pid_ == 0) {
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, nullptr);
-        ::execl(NANOVM_AGENT_PATH, "nanovm-agent", "--listen", listen.c_str(), static_cast<char*>(nullptr));
+        ::execl(agent_path.c_str(), "nanovm-agent", "--listen", listen.c_str(), static_cast<char*>(nullptr));
         ::_exit(127);
     }
     // Ready once a connection gets through.
@@ -124,6 +127,20 @@ int AgentProcess::zombie_children() const {
 
 int AgentProcess::children() const {
     return count_children(pid_, [](char) { return true; });
+}
+
+long AgentProcess::rss_kib() const {
+    std::ifstream in("/proc/" + std::to_string(pid_) + "/status");
+    std::string key;
+    while (in >> key) {
+        if (key == "VmRSS:") {
+            long kib = -1;
+            in >> kib;
+            return kib;
+        }
+        in.ignore(1 << 20, '\n');
+    }
+    return -1;
 }
 
 void send_bytes(int fd, std::string_view bytes) {

@@ -34,6 +34,8 @@ public:
     int zombie_children() const;
     /// All of the agent's children right now.
     int children() const;
+    /// The agent's resident memory, KiB (VmRSS).
+    long rss_kib() const;
 
 private:
     pid_t pid_ = -1;

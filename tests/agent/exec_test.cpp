@@ -133,6 +133,9 @@ TEST_CASE("uid and gid switch the command's user and group", "[agent][exec]") {
     c.uid = 65534;
     c.gid = 65533;
     CHECK(client.run(c).stdout_data == "65534\n65533\n65533\n");
+    Command uid_only = Command::shell_command("id -u; id -G");
+    uid_only.uid = 65534;
+    CHECK(client.run(uid_only).stdout_data == "65534\n0\n");  // root's other groups dropped
     // As that user, root's files are out of reach.
     client.write_file(agent.dir() + "/secret", "s", WriteOptions{0600, false});
     Command cat = Command::program({"cat", agent.dir() + "/secret"});
@@ -214,6 +217,24 @@ TEST_CASE("100 MB of output arrive intact", "[agent][exec][large]") {
     CHECK(got == size);
     CHECK(sha.hex() == expected);
     std::printf("agent: 100 MB of stdout in %.2f s (%.0f MB/s)\n", seconds, size / 1e6 / seconds);
+}
+
+TEST_CASE("a host that reads slowly slows the command down instead of growing the agent", "[agent][exec]") {
+    AgentProcess agent;
+    AgentClient client = agent.connect();
+    const long rss_before = agent.rss_kib();
+    uint64_t got = 0;
+    const RequestId id = client.start(Command::program({"cat", "/dev/zero"}),
+                                      OutputCallbacks{[&](std::string_view s) { got += s.size(); }, {}});
+    std::this_thread::sleep_for(1500ms);  // not reading: the agent must stop reading the pipe
+    const long rss_stalled = agent.rss_kib();
+    CHECK(rss_stalled - rss_before < 16 * 1024);
+    const double until = now_seconds() + 0.5;  // reading again: output flows
+    while (now_seconds() < until) client.poll(50ms);
+    CHECK(got > (8u << 20));
+    client.cancel(id);
+    CHECK(client.wait(id).status.value == SIGKILL);
+    CHECK(agent.rss_kib() - rss_before < 16 * 1024);
 }
 
 TEST_CASE("stdout and stderr stay separate under load", "[agent][exec]") {
