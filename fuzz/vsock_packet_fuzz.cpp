@@ -1,46 +1,44 @@
-// libFuzzer harness for the vsock tx-packet parser (devices/virtio/vsock/packet.hpp)
-// and the host CONNECT line parser (host_protocol.hpp). The input is laid into guest
-// memory as a descriptor chain's readable buffers, split where its first bytes say;
-// the parser must either refuse it with QueueError (fewer than 44 bytes) or return a
-// verdict consistent with the header it read. Any other outcome aborts.
+// libFuzzer harness for the virtio-vsock tx-packet parser (devices/virtio/vsock/
+// packet.hpp) and the host CONNECT line parser (host_protocol.hpp). The input is laid
+// into simulated guest memory as the readable buffers of one descriptor chain; the
+// parser must refuse it with QueueError exactly when it holds fewer than 44 bytes,
+// and otherwise return a verdict consistent with the header it read (an accepted
+// packet is from the guest's CID to the host, STREAM, a known op, len == payload <=
+// 64 KiB; a reset is never the answer to an RST). The whole input is also parsed as a
+// CONNECT line: what is accepted is "CONNECT <decimal>\n" and round-trips.
 //
-// Build (the fuzz build directory is set up elsewhere; by hand):
-//   clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -I. \
-//     fuzz/vsock_packet_fuzz.cpp devices/virtio/vsock/packet.cpp \
-//     devices/virtio/vsock/host_protocol.cpp devices/virtio/chain_io.cpp \
-//     vmm/guest_memory.cpp vmm/error.cpp -lfmt -o build-fuzz/vsock_packet_fuzz
-//   build-fuzz/vsock_packet_fuzz -max_total_time=60
+// Input layout: byte 0 bits 0-2 = segments - 1 (1..8); then one byte per segment but
+// the last = its length - 1; the rest = the chain's bytes (the last segment takes
+// what is left). Segments land 512 bytes apart in guest RAM.
+// Seeds: fuzz/vsock_packet_seeds.py DIR (one well-formed packet of every op).
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "devices/virtio/chain_io.hpp"
 #include "devices/virtio/vsock/host_protocol.hpp"
 #include "devices/virtio/vsock/packet.hpp"
+#include "fuzz/fuzz_input.hpp"
+#include "fuzz/fuzz_support.hpp"
 #include "vmm/guest_memory.hpp"
 
 using namespace nanovm;
 using namespace nanovm::virtio;
 using namespace nanovm::virtio::vsock;
+using nanovm::fuzz::fuzz_check;
 
 namespace {
 
 constexpr uint64_t kGuestCid = 3;
 constexpr uint64_t kRam = 1 * MiB;
-
-void require(bool ok) {
-    if (!ok) std::abort();
-}
+constexpr uint64_t kFirstSegment = 0x10000;
 
 void check_connect_line(const uint8_t* data, size_t size) {
     const std::string_view line(reinterpret_cast<const char*>(data), size);
     const auto port = parse_connect_line(line);
     if (!port) return;
-    // Whatever it accepts is CONNECT, decimal digits, newline, and round-trips.
-    require(line.starts_with("CONNECT ") && line.ends_with('\n') && line.size() <= kMaxConnectLine);
-    const std::string canonical = "CONNECT " + std::to_string(*port) + "\n";
-    require(parse_connect_line(canonical) == port);
+    fuzz_check(line.starts_with("CONNECT ") && line.ends_with('\n') && line.size() <= kMaxConnectLine,
+               "accepted CONNECT line has the right shape");
+    fuzz_check(parse_connect_line("CONNECT " + std::to_string(*port) + "\n") == port, "CONNECT port round-trips");
 }
 
 }  // namespace
@@ -48,44 +46,44 @@ void check_connect_line(const uint8_t* data, size_t size) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     static GuestMemory memory = GuestMemory::create(kRam);
     check_connect_line(data, size);
-    if (size < 1) return 0;
-    // Byte 0: segments (1..8); then one byte per cut (the segment's length, 1..256);
-    // the last segment takes the rest. Segments land 512 bytes apart.
-    const size_t segments = 1 + (data[0] & 7);
-    size_t at = 1 + (segments - 1);
-    if (at > size) return 0;
+
+    nanovm::fuzz::FuzzInput input(data, size);
+    const size_t segments = 1 + (input.u8() & 7);
+    std::vector<size_t> lengths;
+    for (size_t i = 0; i + 1 < segments; ++i) lengths.push_back(size_t{input.u8()} + 1);
+    lengths.push_back(input.remaining());
     DescriptorChain chain;
-    uint64_t gpa = 0x10000;
-    for (size_t i = 0; i < segments && at <= size; ++i) {
-        size_t len = i + 1 < segments ? size_t{data[1 + i]} + 1 : size - at;
-        len = std::min(len, size - at);
-        if (len == 0) continue;
-        if (len > kRam - gpa) return 0;
-        memory.write_bytes(Gpa(gpa), {data + at, len});
-        chain.readable.push_back({Gpa(gpa), static_cast<uint32_t>(len)});
-        chain.readable_bytes += len;
-        at += len;
-        gpa += (len + 512 + 15) & ~15ull;
+    uint64_t gpa = kFirstSegment;
+    for (const size_t want : lengths) {
+        const std::span<const uint8_t> bytes = input.bytes(want);
+        if (bytes.empty()) continue;
+        if (bytes.size() > kRam - gpa) return 0;  // larger than the RAM the harness keeps
+        memory.write_bytes(Gpa(gpa), bytes);
+        chain.readable.push_back({Gpa(gpa), static_cast<uint32_t>(bytes.size())});
+        chain.readable_bytes += bytes.size();
+        gpa += (bytes.size() + 512 + 15) & ~15ull;
     }
+
     ChainReader reader(memory, chain);
     try {
         const TxPacket p = parse_tx_packet(reader, kGuestCid);
-        require(chain.readable_bytes >= kHeaderSize);
-        require(p.payload_bytes == chain.readable_bytes - kHeaderSize);
-        require(reader.remaining() == p.payload_bytes);
+        fuzz_check(chain.readable_bytes >= kHeaderSize, "a chain shorter than a header is refused");
+        fuzz_check(p.payload_bytes == chain.readable_bytes - kHeaderSize, "payload = what follows the header");
+        fuzz_check(reader.remaining() == p.payload_bytes, "the reader stops at the payload");
         const PacketHeader& h = p.header;
         if (p.verdict == TxVerdict::kAccept) {
-            require(p.reason.empty());
-            require(h.src_cid == kGuestCid && h.dst_cid == kHostCid && h.type == kTypeStream);
-            require(h.op >= op::kRequest && h.op <= op::kCreditRequest);
-            require(h.len == p.payload_bytes && h.len <= kMaxPacketPayload);
-            require(h.op == op::kRw || h.len == 0);
+            fuzz_check(p.reason.empty(), "an accepted packet has no reason");
+            fuzz_check(h.src_cid == kGuestCid && h.dst_cid == kHostCid, "accepted: guest -> host");
+            fuzz_check(h.type == kTypeStream, "accepted: STREAM");
+            fuzz_check(h.op >= op::kRequest && h.op <= op::kCreditRequest, "accepted: known op");
+            fuzz_check(h.len == p.payload_bytes && h.len <= kMaxPacketPayload, "accepted: len matches, <= 64 KiB");
+            fuzz_check(h.op == op::kRw || h.len == 0, "accepted: payload only on RW");
         } else {
-            require(!p.reason.empty());
-            require(!(p.verdict == TxVerdict::kReset && h.op == op::kRst));  // never RST an RST
+            fuzz_check(!p.reason.empty(), "a refused packet says why");
+            fuzz_check(!(p.verdict == TxVerdict::kReset && h.op == op::kRst), "RST is never answered with RST");
         }
     } catch (const QueueError&) {
-        require(chain.readable_bytes < kHeaderSize);
+        fuzz_check(chain.readable_bytes < kHeaderSize, "only a short chain raises QueueError");
     }
     return 0;
 }
