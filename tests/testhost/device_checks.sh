@@ -100,13 +100,18 @@ fi
 tar -C "$here/guest" -cf "$dev/guest-scripts.tar" vsock_guest.py
 sock=$dev/vm.vsock
 rm -f "$sock" "${sock}_5000"
+# The host side first: its listener at ${sock}_5000 must exist before the guest's
+# streams start (a guest connect to a missing listener is refused with RST, as it
+# should be); it keeps retrying its own connects until the VM serves port 1234.
+timeout 400 python3 "$here/guest/vsock_host.py" "$sock" 64 1048576 >"$dev/vsock-host.log" 2>&1 &
+host_side=$!
+for _ in $(seq 300); do [ -S "${sock}_5000" ] && break; sleep 0.1; done
 ( timeout 400 "$nanovm" boot --cpus 2 --memory 1024 --console "$dev/vsock.console" --root "$default_root,ro" \
     --disk "$dev/guest-scripts.tar,ro" --vsock "$sock" \
     --append 'nanovm.exec="mkdir -p /tmp/t && tar -xf /dev/vdb -C /tmp/t && python3 /tmp/t/vsock_guest.py 64 1048576"' \
     2>"$dev/vsock.err" </dev/null ) &
 vmm=$!
-for _ in $(seq 300); do [ -S "$sock" ] && break; sleep 0.1; done
-timeout 400 python3 "$here/guest/vsock_host.py" "$sock" 64 1048576 >"$dev/vsock-host.log" 2>&1
+wait "$host_side"
 wait "$vmm"; vsock_status=$?
 if grep -q '^vsock-host: streams=64 ok=64' "$dev/vsock-host.log" &&
    grep -q '^vsock-guest: streams=64 ok=64' "$dev/vsock.console" && [ "$vsock_status" = 0 ]; then

@@ -26,14 +26,26 @@ def echo(conn):
             conn.sendall(data)
 
 
-def serve():
+def listen():
+    """The listener for the guest's connections to CID 2 port 5000, listening when
+    this returns (the check starts the VM only once SOCKET_5000 exists)."""
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         os.unlink(path + "_5000")
     except FileNotFoundError:
         pass
-    srv.bind(path + "_5000")
+    tmp = path + "_5000.tmp"
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+    srv.bind(tmp)
     srv.listen(128)
+    os.rename(tmp, path + "_5000")
+    return srv
+
+
+def serve(srv):
     while True:
         conn, _ = srv.accept()
         threading.Thread(target=echo, args=(conn,), daemon=True).start()
@@ -86,7 +98,7 @@ def one_stream(results, i):
         results[i] = False
 
 
-threading.Thread(target=serve, daemon=True).start()
+threading.Thread(target=serve, args=(listen(),), daemon=True).start()
 # Wait until the guest serves its echo port, then run every stream at once.
 connect(1234, time.monotonic() + 180).close()
 results = [None] * STREAMS
