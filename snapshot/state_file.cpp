@@ -116,9 +116,9 @@ std::vector<uint8_t> StateWriter::finish() const {
     h.file_bytes = sizeof(FileHeader) + body_.size();
     h.flags = 0;
     h.header_crc = crc_before_last_field(h);
-    std::vector<uint8_t> out(sizeof(FileHeader));
+    std::vector<uint8_t> out(sizeof(FileHeader) + body_.size());
     std::memcpy(out.data(), &h, sizeof(h));
-    out.insert(out.end(), body_.begin(), body_.end());
+    if (!body_.empty()) std::memcpy(out.data() + sizeof(FileHeader), body_.data(), body_.size());
     return out;
 }
 

@@ -24,6 +24,7 @@
 #include "snapshot/snapshot_dir.hpp"
 #include "tests/kvm/probe.hpp"
 #include "tests/kvm/snapshot_probe.hpp"
+#include "vmm/error.hpp"
 #include "vmm/kvm.hpp"
 
 using namespace nanovm;
