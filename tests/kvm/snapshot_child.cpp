@@ -6,8 +6,9 @@
 //   sample_0x<gpa>=0x...                     CRC-32C of the page at each --sample GPA
 //   counter<i>=N                             vCPU i's counter as restored
 // with --run-ms N (> 0), after running N ms and pausing:
-//   counter<i>_after=N, first_new<i>=N, changed<i>=N   (values in vCPU i's area
-//   that differ from the restored ones: the smallest, and how many pages)
+//   counter<i>_after=N, first_new<i>=N, changed<i>=N, out_of_range<i>=N (values in
+//   vCPU i's area that differ from the restored ones: the smallest, how many pages,
+//   and how many are outside [counter as restored, counter_after])
 // with --snapshot-to OUT: a diff snapshot of the restored VM over --dir into OUT
 //   snapshot_ms=..., snapshot_pages=N
 //   uffd_faults=N, stop=<reason>; error=<message> and exit 1 on failure.
@@ -69,9 +70,11 @@ int run(int argc, char** argv) {
     for (uint64_t gpa : samples)
         std::cout << fmt::format("sample_{:#x}={:#010x}\n", gpa, test::memory_crc(memory, gpa, kPageSize));
     std::vector<std::vector<uint8_t>> areas;
+    std::vector<uint32_t> counters;
     for (uint32_t i = 0; i < machine.vcpu_count(); ++i) {
         const test::CounterLoop loop = test::standard_loop(i);
-        std::cout << fmt::format("counter{}={}\n", i, memory.read<uint32_t>(Gpa(loop.counter)));
+        counters.push_back(memory.read<uint32_t>(Gpa(loop.counter)));
+        std::cout << fmt::format("counter{}={}\n", i, counters.back());
         if (run_ms > 0 && memory.contains(Gpa(loop.begin), loop.end - loop.begin)) {
             const auto area = memory.slice(Gpa(loop.begin), loop.end - loop.begin);
             areas.emplace_back(area.begin(), area.end());
@@ -88,8 +91,9 @@ int run(int argc, char** argv) {
         std::cout << fmt::format("pause_ms={:.3f}\n", ms_since(tp));
         for (uint32_t i = 0; i < machine.vcpu_count() && i < areas.size(); ++i) {
             const test::CounterLoop loop = test::standard_loop(i);
-            std::cout << fmt::format("counter{}_after={}\n", i, memory.read<uint32_t>(Gpa(loop.counter)));
-            uint64_t changed = 0;
+            const uint32_t after = memory.read<uint32_t>(Gpa(loop.counter));
+            std::cout << fmt::format("counter{}_after={}\n", i, after);
+            uint64_t changed = 0, out_of_range = 0;
             uint32_t first_new = ~0u;
             for (uint64_t off = 0; off < areas[i].size(); off += kPageSize) {
                 uint32_t before, now;
@@ -98,9 +102,11 @@ int run(int argc, char** argv) {
                 if (before != now) {
                     ++changed;
                     first_new = std::min(first_new, now);
+                    if (now < counters[i] || now > after) ++out_of_range;
                 }
             }
-            std::cout << fmt::format("first_new{}={}\nchanged{}={}\n", i, first_new, i, changed);
+            std::cout << fmt::format("first_new{}={}\nchanged{}={}\nout_of_range{}={}\n", i, first_new, i, changed, i,
+                                     out_of_range);
         }
         if (!snapshot_to.empty()) {
             const auto ts = Clock::now();

@@ -140,14 +140,20 @@ TEST_CASE("a counting probe snapshotted mid-run goes on in a new process from wh
         CHECK(out.at("ram_crc") == fmt::format("{:#010x}", crc));  // memory equals the saved pattern
         CHECK(std::stoul(out.at("counter0")) == c0);
         CHECK(std::stoul(out.at("counter1")) == c1);
-        // The counters continue from the snapshot's values: the first new value the
-        // guest wrote is the next count (c or c + 1, depending on where in the loop
-        // the vCPU was paused), and it kept counting.
+        // The counters continue from the snapshot's values: every page the restored
+        // guest wrote holds a count in [saved, counter_after]; if it did not get all
+        // the way round its area, the first new value is the next count (c or c + 1,
+        // depending on where in the loop the vCPU was paused).
         for (uint32_t i = 0; i < 2; ++i) {
             const uint64_t saved = i == 0 ? c0 : c1;
             const uint64_t first_new = std::stoul(out.at(fmt::format("first_new{}", i)));
-            CHECK(std::stoul(out.at(fmt::format("counter{}_after", i))) > saved + 100);
-            CHECK((first_new == saved || first_new == saved + 1));
+            const uint64_t changed = std::stoul(out.at(fmt::format("changed{}", i)));
+            INFO("vCPU " << i << ": saved " << saved << ", first new value " << first_new << ", after "
+                          << out.at(fmt::format("counter{}_after", i)) << ", changed pages " << changed);
+            CHECK(std::stoul(out.at(fmt::format("counter{}_after", i))) > saved);
+            CHECK(changed > 0);
+            CHECK(out.at(fmt::format("out_of_range{}", i)) == "0");
+            if (changed < 2048) CHECK((first_new == saved || first_new == saved + 1));
         }
         CHECK(out.at("stop").find("requested") != std::string::npos);
         if (std::string(backend) == "uffd") CHECK(std::stoul(out.at("uffd_faults")) > 0);
@@ -194,6 +200,11 @@ TEST_CASE("a diff snapshot holds exactly the pages dirtied since the last one, d
     for (uint64_t p = 0; p < 64 * MiB / kPageSize; ++p)
         if (std::memcmp(now.data() + p * kPageSize, at_s1.data() + p * kPageSize, kPageSize) != 0) changed.insert(p);
     const uint32_t c0_s2 = counter(machine, 0);
+    // The page each vCPU is about to write: KVM may already have logged it (the write
+    // faulted, KVM marked the page and made it writable, then the pause kicked the vCPU
+    // out before the store retired), so the diff may hold it although it is unchanged.
+    const std::set<uint64_t> next_store = {machine.vcpu(0).regs().rsi / kPageSize,
+                                           machine.vcpu(1).regs().rsi / kPageSize};
     running.stop();
 
     std::cout << fmt::format("timing: diff snapshot {:.3f} ms ({} pages; dirty log + tracker {:.3f} ms, layer {:.3f} ms)\n",
@@ -201,7 +212,16 @@ TEST_CASE("a diff snapshot holds exactly the pages dirtied since the last one, d
     CHECK(changed.count(40 * MiB / kPageSize) == 1);  // the device's page
     CHECK(changed.size() > 700);
     CHECK(changed.size() < 64 * MiB / kPageSize / 2);
-    CHECK(present_pages(s2 + "/memory.layer") == changed);
+    const std::set<uint64_t> present = present_pages(s2 + "/memory.layer");
+    std::set<uint64_t> missing, extra;
+    for (uint64_t p : changed)
+        if (!present.count(p)) missing.insert(p);
+    for (uint64_t p : present)
+        if (!changed.count(p)) extra.insert(p);
+    for (uint64_t p : extra) std::cout << fmt::format("diag: page {:#x} in the diff but unchanged\n", p * kPageSize);
+    CHECK(missing.empty());  // every changed page is in the diff
+    for (uint64_t p : extra) CHECK(next_store.count(p) == 1);  // and nothing else but a pending store
+    CHECK(present.size() == changed.size() + extra.size());
 
     // The diff chain restores to the memory at s2 with either backend, and the
     // restored VM takes a diff snapshot of its own (over s2) that restores again.
