@@ -6,11 +6,14 @@
 // are emulated and only comparable with each other).
 #include <catch2/catch.hpp>
 
+#include <fcntl.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <set>
 #include <string>
@@ -25,6 +28,7 @@
 #include "tests/kvm/probe.hpp"
 #include "tests/kvm/snapshot_probe.hpp"
 #include "tests/support/temp_dir.hpp"
+#include "vmm/fd.hpp"
 #include "vmm/kvm.hpp"
 #include "vmm/machine.hpp"
 
@@ -288,4 +292,62 @@ TEST_CASE("a 4096 MiB guest with RAM above 4 GiB (two memslots) round-trips thro
         CHECK(std::stoul(out.at("counter0")) == c0);
         CHECK(std::stoul(out.at("counter0_after")) > c0);
     }
+}
+
+namespace {
+
+void flip_byte(const std::string& path, uint64_t offset) {
+    Fd fd(::open(path.c_str(), O_RDWR | O_CLOEXEC));
+    REQUIRE(fd.valid());
+    uint8_t b = 0;
+    REQUIRE(::pread(fd.get(), &b, 1, static_cast<off_t>(offset)) == 1);
+    b ^= 0x01;
+    REQUIRE(::pwrite(fd.get(), &b, 1, static_cast<off_t>(offset)) == 1);
+}
+
+}  // namespace
+
+TEST_CASE("a corrupt vm.state or memory layer is refused on restore with a message naming the part",
+          "[kvm][snapshot]") {
+    use_scratch();
+    test::TempDir dir("corrupt");
+    const Kvm kvm = Kvm::open();
+    Machine machine(kvm, GuestMemory::create(64 * MiB), {.vcpus = 2, .irqchip = true, .log_dirty_pages = true});
+    test::install_counter_loops(machine);
+    Running running(machine);
+    REQUIRE(eventually([&] { return counter(machine, 1) > 3000; }));
+    machine.pause();
+    const std::string good = dir.file("good");
+    snapshot::write_full_snapshot(kvm, machine, good, nullptr);
+    running.stop();
+    const auto copy_of_good = [&](const std::string& name) {
+        const std::string to = dir.file(name);
+        std::filesystem::copy(good, to);
+        return to;
+    };
+
+    // A flipped byte in the middle of vm.state (inside a vCPU section).
+    const std::string bad_state = copy_of_good("bad_state");
+    flip_byte(bad_state + "/vm.state", std::filesystem::file_size(bad_state + "/vm.state") / 2);
+    for (const char* backend : {"file", "uffd"}) {
+        const auto out = test::run_child(child(fmt::format("--dir {} --backend {}", bad_state, backend)));
+        INFO(backend);
+        CHECK(out.at("exit") == "1");
+        CHECK(out.at("error").find(bad_state + "/vm.state: section ") == 0);
+        CHECK(out.at("error").find("checksum mismatch") != std::string::npos);
+    }
+
+    // A flipped byte in the code page (GPA 0x1000 = page 1) of the memory layer:
+    // the file backend refuses while flattening; the uffd backend when the guest
+    // first fetches that page, stopping the machine with the message.
+    const std::string bad_page = copy_of_good("bad_page");
+    flip_byte(bad_page + "/memory.layer", snapshot::kLayerDataOffset + 1 * kPageSize + 5);
+    const std::string expected = bad_page + "/memory.layer: page 1 (of the RAM layout) checksum mismatch";
+    const auto file = test::run_child(child(fmt::format("--dir {} --backend file", bad_page)));
+    CHECK(file.at("exit") == "1");
+    CHECK(file.at("error").find(expected) == 0);
+    const auto uffd = test::run_child(child(fmt::format("--dir {} --backend uffd --run-ms 300", bad_page)));
+    CHECK(uffd.at("exit") == "0");
+    INFO("uffd stop: " << uffd.at("stop"));
+    CHECK(uffd.at("stop").find(expected) != std::string::npos);
 }
