@@ -313,6 +313,9 @@ LayerChain LayerChain::open(const std::string& top) {
         const LayerFile& child = chain.layers_.back();
         if (chain.layers_.size() >= kMaxChain)
             throw SnapshotError(fmt::format("{}: layer chain longer than {}", top, kMaxChain));
+        if (parent->path.empty() || parent->path.front() == '/')
+            throw SnapshotError(fmt::format("{}: parent layer path '{}' must be relative to the layer's directory",
+                                            child.path(), parent->path));
         const std::filesystem::path dir = std::filesystem::path(child.path()).parent_path();
         const std::string path = (dir / parent->path).lexically_normal().string();
         if (!std::filesystem::exists(path))

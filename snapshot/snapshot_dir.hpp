@@ -32,7 +32,7 @@ struct SnapshotStats {
 };
 
 /// The pages written since the last call (or since logging began): KVM_GET_DIRTY_LOG
-/// of every memslot (which also clears it; KVM API doc 4.37) OR-ed with `tracker`
+/// of every memslot (which also clears it; KVM API doc 4.8) OR-ed with `tracker`
 /// (taken and cleared; may be null), as one bitmap over GuestMemory's linear pages.
 /// Needs MachineConfig::log_dirty_pages. Throws SysError("KVM_GET_DIRTY_LOG").
 PageBitmap collect_dirty_pages(Machine& machine, DirtyTracker* tracker);

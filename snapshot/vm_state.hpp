@@ -34,11 +34,11 @@ struct VcpuState {
     kvm_sregs sregs{};                 ///< 4.13 KVM_GET_SREGS
     std::vector<uint8_t> xsave;        ///< 4.42 / 4.134 KVM_GET_XSAVE(2), >= 4096 bytes
     kvm_xcrs xcrs{};                   ///< 4.44 KVM_GET_XCRS
-    kvm_debugregs debugregs{};         ///< 4.32 KVM_GET_DEBUGREGS
+    kvm_debugregs debugregs{};         ///< 4.33 KVM_GET_DEBUGREGS
     std::optional<kvm_lapic_state> lapic;  ///< 4.57 KVM_GET_LAPIC (with the irqchip only)
     std::vector<kvm_msr_entry> msrs;   ///< 4.18 KVM_GET_MSRS, snapshot/msr_list.hpp
     kvm_vcpu_events events{};          ///< 4.31 KVM_GET_VCPU_EVENTS
-    std::vector<kvm_cpuid_entry2> cpuid;  ///< 4.82 KVM_GET_CPUID2 (may be empty)
+    std::vector<kvm_cpuid_entry2> cpuid;  ///< KVM_GET_CPUID2 (not in api.rst; may be empty)
 };
 
 /// The irqchip and PIT (present when MachineInfo::irqchip).
@@ -46,14 +46,14 @@ struct IrqchipState {
     kvm_irqchip pic_master{};  ///< 4.26 KVM_GET_IRQCHIP, KVM_IRQCHIP_PIC_MASTER
     kvm_irqchip pic_slave{};   ///< KVM_IRQCHIP_PIC_SLAVE
     kvm_irqchip ioapic{};      ///< KVM_IRQCHIP_IOAPIC
-    kvm_pit_state2 pit{};      ///< 4.70 KVM_GET_PIT2
+    kvm_pit_state2 pit{};      ///< 4.72 KVM_GET_PIT2
 };
 
 struct VmState {
     MachineInfo machine;
     std::vector<VcpuState> vcpus;      ///< index = vCPU index = vCPU id
     std::optional<IrqchipState> irqchip;
-    kvm_clock_data clock{};            ///< 4.30 KVM_GET_CLOCK, ns
+    kvm_clock_data clock{};            ///< 4.29 KVM_GET_CLOCK, ns
 };
 
 /// Reads the whole state of `machine`, which must be paused (Machine::pause) or not
@@ -71,7 +71,7 @@ VmState capture_vm_state(const Kvm& kvm, Machine& machine);
 /// the LAPIC: TSC_DEADLINE only sticks on a configured LAPIC), vCPU events last
 /// (KVM_SET_REGS clears pending exceptions that KVM_SET_VCPU_EVENTS restores).
 /// kvmclock is set with flags 0: the guest's clock continues from the snapshot
-/// instant (the guest agent steps wall time afterwards; KVM API doc 4.29). Throws
+/// instant (the guest agent steps wall time afterwards; KVM API doc 4.30). Throws
 /// SnapshotError if the shapes differ, SysError/Error naming the failing ioctl/MSR.
 void restore_vm_state(Machine& machine, const VmState& state);
 

@@ -60,8 +60,8 @@ public:
     void set_mp_state(uint32_t state);
 
     // State used by snapshot/ (KVM API doc section numbers of Linux 6.1's api.rst).
-    /// KVM_GET_CPUID2 (4.82): the CPUID entries last set with KVM_SET_CPUID2 (none
-    /// if it was never called).
+    /// KVM_GET_CPUID2 (not in api.rst; arch/x86/kvm/x86.c, kvm_vcpu_ioctl_get_cpuid2):
+    /// the CPUID entries last set with KVM_SET_CPUID2 (none if it was never called).
     std::vector<kvm_cpuid_entry2> cpuid2() const;
     /// KVM_GET_XSAVE (4.42) when `bytes` == 4096, else KVM_GET_XSAVE2 (4.134) into a
     /// buffer of `bytes` bytes (the size KVM_CHECK_EXTENSION(KVM_CAP_XSAVE2) answers
@@ -72,8 +72,8 @@ public:
     void set_xsave(std::span<const uint8_t> area);
     kvm_xcrs xcrs() const;                          ///< KVM_GET_XCRS (4.44)
     void set_xcrs(const kvm_xcrs& xcrs);            ///< KVM_SET_XCRS (4.45)
-    kvm_debugregs debugregs() const;                ///< KVM_GET_DEBUGREGS (4.32)
-    void set_debugregs(const kvm_debugregs& regs);  ///< KVM_SET_DEBUGREGS (4.33)
+    kvm_debugregs debugregs() const;                ///< KVM_GET_DEBUGREGS (4.33)
+    void set_debugregs(const kvm_debugregs& regs);  ///< KVM_SET_DEBUGREGS (4.34)
     kvm_vcpu_events vcpu_events() const;            ///< KVM_GET_VCPU_EVENTS (4.31)
     void set_vcpu_events(const kvm_vcpu_events& events);  ///< KVM_SET_VCPU_EVENTS (4.32)
 

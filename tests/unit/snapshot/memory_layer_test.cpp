@@ -169,6 +169,10 @@ TEST_CASE("damaged layer files are refused naming the file and the part", "[snap
         write_layer(memory, nonzero_pages(memory), base, std::nullopt);
         CHECK(open_error(diff).find("parent layer " + base + " has checksum") != std::string::npos);
     }
+    SECTION("a parent named by an absolute path") {
+        write_layer(memory, bitmap_of({4}), diff, ParentRef{base, r1.checksum});
+        CHECK(open_error(diff) == diff + ": parent layer path '" + base + "' must be relative to the layer's directory");
+    }
     SECTION("a missing parent") {
         std::filesystem::remove(base);
         CHECK(open_error(diff) == diff + ": parent layer " + base + " is missing");
