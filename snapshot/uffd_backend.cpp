@@ -8,7 +8,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -102,38 +104,59 @@ void UffdServer::serve(uint64_t address) {
     if (!region) return;  // not ours: cannot happen for registered ranges
     const uint64_t page = region->first_page + (page_addr - region->host) / kPageSize;
     const LayerFile* layer = chain_.find(page);
+    // Serve a run of up to kRunPages pages that come from the same place (the same
+    // layer, whose pages then sit back to back in its file, or zeros): sequential
+    // touches then cost one fault per run. Pages of the run that are already there
+    // end it early (EEXIST after a partial copy); the faulting page is the first.
+    const uint64_t region_end = region->first_page + region->size / kPageSize;
+    uint64_t run = 1;
+    while (run < kRunPages && page + run < region_end && chain_.find(page + run) == layer) ++run;
     const uint8_t* source = nullptr;
     if (layer) {
         try {
-            source = layer->page_verified(page).data();
+            for (uint64_t i = 0; i < run; ++i) {
+                const uint8_t* data = layer->page_verified(page + i).data();
+                if (i == 0) source = data;
+            }
         } catch (const std::exception& e) {
             if (on_error_) on_error_(e.what());
             source = nullptr;  // zero-fill so the faulting thread goes on; the VM is being stopped
+            run = 1;
         }
     }
+    uint64_t done = 0;  // bytes filled by the last attempt
     for (;;) {
         int r;
+        done = 0;
         if (source) {
             uffdio_copy copy{};
             copy.dst = page_addr;
             copy.src = reinterpret_cast<uint64_t>(source);
-            copy.len = kPageSize;
+            copy.len = run * kPageSize;
             r = ::ioctl(uffd_.get(), UFFDIO_COPY, &copy);
+            done = copy.copy > 0 ? static_cast<uint64_t>(copy.copy) : 0;
         } else {
             uffdio_zeropage zero{};
             zero.range.start = page_addr;
-            zero.range.len = kPageSize;
+            zero.range.len = run * kPageSize;
             r = ::ioctl(uffd_.get(), UFFDIO_ZEROPAGE, &zero);
+            done = zero.zeropage > 0 ? static_cast<uint64_t>(zero.zeropage) : 0;
         }
-        if (r == 0) break;
-        if (errno == EEXIST) break;  // another fault on the same page was served first
-        if (errno == EAGAIN) continue;  // the mapping changed meanwhile: retry
+        if (r == 0) {
+            done = run * kPageSize;
+            break;
+        }
+        if (errno == EEXIST) break;     // the rest of the run (or the page itself) was already there
+        if (errno == EAGAIN) {          // the mapping changed meanwhile: retry what is left
+            if (done >= kPageSize) break;  // the faulting page is in; good enough
+            continue;
+        }
         if (on_error_)
             on_error_(fmt::format("{} at HVA {:#x}: {}", source ? "UFFDIO_COPY" : "UFFDIO_ZEROPAGE", page_addr,
                                   std::strerror(errno)));
         return;
     }
-    (source ? copied_ : zeroed_).fetch_add(1, std::memory_order_relaxed);
+    (source ? copied_ : zeroed_).fetch_add(std::max<uint64_t>(done / kPageSize, 1), std::memory_order_relaxed);
 }
 
 }  // namespace nanovm::snapshot

@@ -24,6 +24,10 @@ namespace nanovm::snapshot {
 /// memory (the Machine using it), since unserved pages would block forever.
 class UffdServer {
 public:
+    /// Pages served per fault at most: the faulting page and those after it from
+    /// the same layer (or zeros), 64 KiB.
+    static constexpr uint64_t kRunPages = 16;
+
     /// Registers every region of `memory` (which must have been just created, all
     /// holes) and starts the handler thread. `on_error` is called on the handler
     /// thread with a message if a page cannot be served (corrupt layer page): the
@@ -37,6 +41,7 @@ public:
     ~UffdServer();
 
     uint64_t faults_served() const noexcept { return faults_.load(std::memory_order_relaxed); }
+    /// Pages filled from layers / with zeros (a fault serves up to kRunPages).
     uint64_t pages_copied() const noexcept { return copied_.load(std::memory_order_relaxed); }
     uint64_t pages_zeroed() const noexcept { return zeroed_.load(std::memory_order_relaxed); }
 
