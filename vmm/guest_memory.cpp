@@ -1,5 +1,6 @@
 #include "vmm/guest_memory.hpp"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -32,19 +33,55 @@ MemoryRegion map_region(Gpa gpa, uint64_t size, uint32_t slot) {
 
 }  // namespace
 
-GuestMemory GuestMemory::create(uint64_t ram_bytes) {
+std::vector<GuestMemory::Extent> GuestMemory::layout(uint64_t ram_bytes) {
     if (ram_bytes == 0 || ram_bytes % kPageSize != 0)
         throw Error(fmt::format("guest RAM size {} is not a positive multiple of {} bytes", ram_bytes, kPageSize));
-    GuestMemory mem;
+    std::vector<Extent> extents;
     const uint64_t low = std::min(ram_bytes, kMmioHoleStart);
-    mem.regions_.push_back(map_region(Gpa(0), low, 0));
-    if (ram_bytes > low) mem.regions_.push_back(map_region(Gpa(kHighRamStart), ram_bytes - low, 1));
+    extents.push_back({Gpa(0), low});
+    if (ram_bytes > low) extents.push_back({Gpa(kHighRamStart), ram_bytes - low});
+    return extents;
+}
+
+GuestMemory GuestMemory::create(uint64_t ram_bytes) {
+    GuestMemory mem;
+    uint32_t slot = 0;
+    for (const Extent& extent : layout(ram_bytes)) mem.regions_.push_back(map_region(extent.gpa, extent.size, slot++));
+    mem.ram_bytes_ = ram_bytes;
+    return mem;
+}
+
+GuestMemory GuestMemory::map_file_private(int fd, uint64_t ram_bytes, uint64_t data_offset) {
+    if (data_offset % kPageSize != 0)
+        throw Error(fmt::format("memory file data offset {} is not a multiple of {} bytes", data_offset, kPageSize));
+    GuestMemory mem;
+    mem.backing_ = Backing::private_file;
+    uint64_t offset = data_offset;
+    uint32_t slot = 0;
+    for (const Extent& extent : layout(ram_bytes)) {
+        MemoryRegion region;
+        region.gpa = extent.gpa;
+        region.size = extent.size;
+        region.slot = slot++;
+        region.file_offset = offset;
+        region.memfd = Fd(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+        if (!region.memfd) throw_errno("dup(memory file)");
+        void* host = ::mmap(nullptr, extent.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE, fd,
+                            static_cast<off_t>(offset));
+        if (host == MAP_FAILED) throw_errno("mmap(memory file, MAP_PRIVATE)");
+        region.host = static_cast<uint8_t*>(host);
+        mem.regions_.push_back(std::move(region));
+        offset += extent.size;
+    }
     mem.ram_bytes_ = ram_bytes;
     return mem;
 }
 
 GuestMemory::GuestMemory(GuestMemory&& other) noexcept
-    : regions_(std::move(other.regions_)), ram_bytes_(other.ram_bytes_) {
+    : regions_(std::move(other.regions_)),
+      ram_bytes_(other.ram_bytes_),
+      backing_(other.backing_),
+      tracker_(std::exchange(other.tracker_, nullptr)) {
     other.regions_.clear();
     other.ram_bytes_ = 0;
 }
@@ -54,6 +91,8 @@ GuestMemory& GuestMemory::operator=(GuestMemory&& other) noexcept {
         unmap();
         regions_ = std::move(other.regions_);
         ram_bytes_ = other.ram_bytes_;
+        backing_ = other.backing_;
+        tracker_ = std::exchange(other.tracker_, nullptr);
         other.regions_.clear();
         other.ram_bytes_ = 0;
     }
@@ -91,6 +130,7 @@ std::span<uint8_t> GuestMemory::slice(Gpa gpa, uint64_t len) {
 void GuestMemory::write_bytes(Gpa gpa, std::span<const uint8_t> bytes) {
     if (bytes.empty()) return;
     std::memcpy(slice(gpa, bytes.size()).data(), bytes.data(), bytes.size());
+    mark_dirty(gpa, bytes.size());
 }
 
 }  // namespace nanovm

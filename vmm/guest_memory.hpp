@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "vmm/address.hpp"
+#include "vmm/dirty_tracker.hpp"
 #include "vmm/fd.hpp"
 
 namespace nanovm {
@@ -23,8 +24,9 @@ inline constexpr uint64_t kHighRamStart = 4 * GiB;
 struct MemoryRegion {
     Gpa gpa;            ///< first guest-physical byte
     uint64_t size = 0;  ///< bytes, a multiple of kPageSize
-    uint8_t* host = nullptr;  ///< HVA of gpa in this process (MAP_SHARED of memfd)
-    Fd memfd;           ///< backing memfd, size bytes
+    uint8_t* host = nullptr;  ///< HVA of gpa in this process (see GuestMemory::Backing)
+    Fd memfd;           ///< backing fd: the memfd, or the file mapped privately
+    uint64_t file_offset = 0;  ///< bytes: where gpa sits in `memfd` (0 for a memfd)
     uint32_t slot = 0;  ///< KVM memslot number this region is registered as
 
     bool contains(Gpa addr, uint64_t len) const {
@@ -36,6 +38,27 @@ struct MemoryRegion {
 /// when ram > 3 GiB, [4 GiB, 4 GiB + ram - 3 GiB). Not copyable; owns the mappings.
 class GuestMemory {
 public:
+    /// What backs the mappings; decides how a snapshot finds the non-zero pages.
+    enum class Backing {
+        /// One memfd per region, MAP_SHARED: a hole in the memfd (SEEK_HOLE) is a
+        /// page never written, so it reads as zero.
+        memfd,
+        /// A file (a flattened snapshot) MAP_PRIVATE: the guest's writes stay in
+        /// this process; the file's holes say nothing about the guest's pages.
+        private_file,
+        /// memfds filled on demand by a userfaultfd handler (snapshot/uffd_backend):
+        /// a hole may be a page not yet fetched, so readers must go through `host`.
+        lazy_memfd,
+    };
+    /// A region's place: [gpa, gpa + size), size in bytes.
+    struct Extent {
+        Gpa gpa;
+        uint64_t size = 0;
+    };
+    /// The regions create(ram_bytes) makes, in GPA order (see the class comment).
+    /// Throws Error if ram_bytes is not a positive multiple of kPageSize.
+    static std::vector<Extent> layout(uint64_t ram_bytes);
+
     /// Creates and maps the regions. `ram_bytes` must be a positive multiple of
     /// kPageSize. Throws SysError (memfd_create, ftruncate, mmap) or Error.
     static GuestMemory create(uint64_t ram_bytes);
@@ -46,6 +69,28 @@ public:
     GuestMemory(const GuestMemory&) = delete;
     GuestMemory& operator=(const GuestMemory&) = delete;
     ~GuestMemory();
+
+    /// Maps `fd` MAP_PRIVATE as the RAM layout(ram_bytes): region k is the
+    /// file's bytes [offset_k, offset_k + size_k) with offset_0 = `data_offset` and
+    /// each next region right after the previous (data_offset a multiple of 4 KiB).
+    /// Guest writes are private copy-on-write pages of this process. Backing
+    /// private_file. Throws SysError (dup, mmap) or Error.
+    static GuestMemory map_file_private(int fd, uint64_t ram_bytes, uint64_t data_offset);
+
+    Backing backing() const noexcept { return backing_; }
+    /// Declares the memfds lazily filled (snapshot/uffd_backend sets it).
+    void set_backing(Backing backing) noexcept { backing_ = backing; }
+
+    /// Makes write_bytes/write and mark_dirty record pages in `tracker` (nullptr:
+    /// stop). The tracker must outlive this GuestMemory or be detached first.
+    void set_dirty_tracker(DirtyTracker* tracker) noexcept { tracker_ = tracker; }
+    DirtyTracker* dirty_tracker() const noexcept { return tracker_; }
+    /// Records that the VMM wrote [gpa, gpa + len) (bytes) through a host pointer,
+    /// e.g. a device's DMA; no-op without a tracker. Devices that write through
+    /// slice() call it (devices/virtio/chain_io does).
+    void mark_dirty(Gpa gpa, uint64_t len) const noexcept {
+        if (tracker_) tracker_->mark(gpa, len);
+    }
 
     /// Regions in ascending GPA order (1 or 2).
     std::span<const MemoryRegion> regions() const { return regions_; }
@@ -65,6 +110,7 @@ public:
     void write(Gpa gpa, const T& value) {
         static_assert(std::is_trivially_copyable_v<T>);
         std::memcpy(slice(gpa, sizeof(T)).data(), &value, sizeof(T));
+        mark_dirty(gpa, sizeof(T));
     }
     /// Reads a trivially copyable object from gpa.
     template <typename T>
@@ -81,6 +127,8 @@ private:
 
     std::vector<MemoryRegion> regions_;
     uint64_t ram_bytes_ = 0;
+    Backing backing_ = Backing::memfd;
+    DirtyTracker* tracker_ = nullptr;
 };
 
 }  // namespace nanovm

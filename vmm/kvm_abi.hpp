@@ -54,6 +54,23 @@ static_assert(kGetMsrs == 0xc008ae88UL);
 static_assert(kSetMsrs == 0x4008ae89UL);
 static_assert(kGetMsrIndexList == 0xc004ae02UL);
 
+/// struct kvm_xsave without its extra[] array: the legacy 4096-byte XSAVE area
+/// (KVM_GET_XSAVE / KVM_SET_XSAVE). KVM_GET_XSAVE2 (KVM_CAP_XSAVE2, Linux 5.17) fills
+/// as many bytes as KVM_CHECK_EXTENSION(KVM_CAP_XSAVE2) answers (>= 4096), and
+/// KVM_SET_XSAVE then takes a buffer of that size. KVM API doc 4.42, 4.43, 4.134.
+struct XsaveHeader {
+    uint32_t region[1024];
+};
+static_assert(sizeof(XsaveHeader) == 4096);
+inline constexpr unsigned long kGetCpuid2 = _IOWR(KVMIO, 0x91, Cpuid2Header);
+inline constexpr unsigned long kGetXsave = _IOR(KVMIO, 0xa4, XsaveHeader);
+inline constexpr unsigned long kSetXsave = _IOW(KVMIO, 0xa5, XsaveHeader);
+inline constexpr unsigned long kGetXsave2 = _IOR(KVMIO, 0xcf, XsaveHeader);
+static_assert(kGetCpuid2 == 0xc008ae91UL);
+static_assert(kGetXsave == 0x9000aea4UL);
+static_assert(kSetXsave == 0x5000aea5UL);
+static_assert(kGetXsave2 == 0x9000aecfUL);
+
 /// One ioctl argument: a Header followed by `count` Entry values, in one 8-byte
 /// aligned buffer, filled and read with memcpy.
 template <typename Header, typename Entry>

@@ -124,4 +124,70 @@ void Vcpu::set_mp_state(uint32_t state) {
     checked_ioctl(fd(), KVM_SET_MP_STATE, &mp, "KVM_SET_MP_STATE");
 }
 
+std::vector<kvm_cpuid_entry2> Vcpu::cpuid2() const {
+    // E2BIG while the buffer is too small (KVM_MAX_CPUID_ENTRIES is 256 in 6.1).
+    for (uint32_t capacity = 64; capacity <= 4096; capacity *= 2) {
+        kvm_abi::FlexBuffer<kvm_abi::Cpuid2Header, kvm_cpuid_entry2> cpuid(capacity);
+        cpuid.set_header({capacity, 0});
+        if (::ioctl(fd(), kvm_abi::kGetCpuid2, cpuid.data()) < 0) {
+            if (errno == E2BIG) continue;
+            throw_errno("KVM_GET_CPUID2");
+        }
+        const uint32_t count = cpuid.header().nent;
+        return cpuid.entries(count < capacity ? count : capacity);
+    }
+    throw SysError("KVM_GET_CPUID2", E2BIG);
+}
+
+std::vector<uint8_t> Vcpu::xsave(size_t bytes) const {
+    if (bytes < sizeof(kvm_abi::XsaveHeader))
+        throw Error(fmt::format("KVM_GET_XSAVE: buffer of {} bytes, needs at least {}", bytes,
+                                sizeof(kvm_abi::XsaveHeader)));
+    std::vector<uint64_t> buffer((bytes + 7) / 8, 0);  // 8-byte aligned for the kernel's copy
+    if (bytes == sizeof(kvm_abi::XsaveHeader))
+        checked_ioctl(fd(), kvm_abi::kGetXsave, buffer.data(), "KVM_GET_XSAVE");
+    else
+        checked_ioctl(fd(), kvm_abi::kGetXsave2, buffer.data(), "KVM_GET_XSAVE2");
+    std::vector<uint8_t> area(bytes);
+    std::memcpy(area.data(), buffer.data(), bytes);
+    return area;
+}
+
+void Vcpu::set_xsave(std::span<const uint8_t> area) {
+    if (area.size() < sizeof(kvm_abi::XsaveHeader))
+        throw Error(fmt::format("KVM_SET_XSAVE: area of {} bytes, needs at least {}", area.size(),
+                                sizeof(kvm_abi::XsaveHeader)));
+    std::vector<uint64_t> buffer((area.size() + 7) / 8, 0);
+    std::memcpy(buffer.data(), area.data(), area.size());
+    checked_ioctl(fd(), kvm_abi::kSetXsave, buffer.data(), "KVM_SET_XSAVE");
+}
+
+kvm_xcrs Vcpu::xcrs() const {
+    kvm_xcrs xcrs{};
+    checked_ioctl(fd(), KVM_GET_XCRS, &xcrs, "KVM_GET_XCRS");
+    return xcrs;
+}
+
+void Vcpu::set_xcrs(const kvm_xcrs& xcrs) { checked_ioctl(fd(), KVM_SET_XCRS, &xcrs, "KVM_SET_XCRS"); }
+
+kvm_debugregs Vcpu::debugregs() const {
+    kvm_debugregs regs{};
+    checked_ioctl(fd(), KVM_GET_DEBUGREGS, &regs, "KVM_GET_DEBUGREGS");
+    return regs;
+}
+
+void Vcpu::set_debugregs(const kvm_debugregs& regs) {
+    checked_ioctl(fd(), KVM_SET_DEBUGREGS, &regs, "KVM_SET_DEBUGREGS");
+}
+
+kvm_vcpu_events Vcpu::vcpu_events() const {
+    kvm_vcpu_events events{};
+    checked_ioctl(fd(), KVM_GET_VCPU_EVENTS, &events, "KVM_GET_VCPU_EVENTS");
+    return events;
+}
+
+void Vcpu::set_vcpu_events(const kvm_vcpu_events& events) {
+    checked_ioctl(fd(), KVM_SET_VCPU_EVENTS, &events, "KVM_SET_VCPU_EVENTS");
+}
+
 }  // namespace nanovm

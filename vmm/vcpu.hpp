@@ -59,6 +59,24 @@ public:
     /// KVM_SET_MP_STATE, e.g. KVM_MP_STATE_RUNNABLE or KVM_MP_STATE_UNINITIALIZED.
     void set_mp_state(uint32_t state);
 
+    // State used by snapshot/ (KVM API doc section numbers of Linux 6.1's api.rst).
+    /// KVM_GET_CPUID2 (not in api.rst; arch/x86/kvm/x86.c, kvm_vcpu_ioctl_get_cpuid2):
+    /// the CPUID entries last set with KVM_SET_CPUID2 (none if it was never called).
+    std::vector<kvm_cpuid_entry2> cpuid2() const;
+    /// KVM_GET_XSAVE (4.42) when `bytes` == 4096, else KVM_GET_XSAVE2 (4.134) into a
+    /// buffer of `bytes` bytes (the size KVM_CHECK_EXTENSION(KVM_CAP_XSAVE2) answers
+    /// on the VM fd). Returns the raw XSAVE area, `bytes` bytes.
+    std::vector<uint8_t> xsave(size_t bytes) const;
+    /// KVM_SET_XSAVE (4.43) with a buffer of area.size() bytes (>= 4096; larger only
+    /// where KVM_CAP_XSAVE2 says so). Throws Error if area is smaller than 4096 bytes.
+    void set_xsave(std::span<const uint8_t> area);
+    kvm_xcrs xcrs() const;                          ///< KVM_GET_XCRS (4.44)
+    void set_xcrs(const kvm_xcrs& xcrs);            ///< KVM_SET_XCRS (4.45)
+    kvm_debugregs debugregs() const;                ///< KVM_GET_DEBUGREGS (4.33)
+    void set_debugregs(const kvm_debugregs& regs);  ///< KVM_SET_DEBUGREGS (4.34)
+    kvm_vcpu_events vcpu_events() const;            ///< KVM_GET_VCPU_EVENTS (4.31)
+    void set_vcpu_events(const kvm_vcpu_events& events);  ///< KVM_SET_VCPU_EVENTS (4.32)
+
 private:
     friend class Vm;
     Vcpu(uint32_t id, Fd fd, kvm_run* run, size_t run_size) noexcept

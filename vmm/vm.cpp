@@ -118,4 +118,33 @@ Vcpu Vm::create_vcpu(uint32_t id) {
     return Vcpu(id, std::move(vcpu_fd), static_cast<kvm_run*>(run), vcpu_mmap_size_);
 }
 
+kvm_irqchip Vm::irqchip(uint32_t chip_id) const {
+    kvm_irqchip chip{};
+    chip.chip_id = chip_id;
+    checked_ioctl(fd(), KVM_GET_IRQCHIP, &chip, "KVM_GET_IRQCHIP");
+    return chip;
+}
+
+void Vm::set_irqchip(const kvm_irqchip& chip) {
+    checked_ioctl(fd(), KVM_SET_IRQCHIP, &chip, "KVM_SET_IRQCHIP");
+}
+
+kvm_pit_state2 Vm::pit2() const {
+    kvm_pit_state2 pit{};
+    checked_ioctl(fd(), KVM_GET_PIT2, &pit, "KVM_GET_PIT2");
+    return pit;
+}
+
+void Vm::set_pit2(const kvm_pit_state2& pit) { checked_ioctl(fd(), KVM_SET_PIT2, &pit, "KVM_SET_PIT2"); }
+
+kvm_clock_data Vm::clock() const {
+    kvm_clock_data clock{};
+    checked_ioctl(fd(), KVM_GET_CLOCK, &clock, "KVM_GET_CLOCK");
+    return clock;
+}
+
+void Vm::set_clock(const kvm_clock_data& clock) {
+    checked_ioctl(fd(), KVM_SET_CLOCK, &clock, "KVM_SET_CLOCK");
+}
+
 }  // namespace nanovm

@@ -79,6 +79,20 @@ public:
     /// the slot is bit (i % 64) of word i / 64. Returns and clears the log.
     std::vector<uint64_t> get_dirty_log(uint32_t slot, uint64_t slot_bytes);
 
+    // VM-wide state used by snapshot/ (KVM API doc sections of Linux 6.1's api.rst).
+    /// KVM_GET_IRQCHIP (4.26) for chip_id KVM_IRQCHIP_PIC_MASTER, _PIC_SLAVE or _IOAPIC.
+    kvm_irqchip irqchip(uint32_t chip_id) const;
+    /// KVM_SET_IRQCHIP (4.27); chip.chip_id selects the chip.
+    void set_irqchip(const kvm_irqchip& chip);
+    kvm_pit_state2 pit2() const;               ///< KVM_GET_PIT2 (4.72)
+    void set_pit2(const kvm_pit_state2& pit);  ///< KVM_SET_PIT2 (4.73)
+    /// KVM_GET_CLOCK (4.29): kvmclock's current value in ns (clock), plus flags
+    /// (KVM_CLOCK_TSC_STABLE, _REALTIME, _HOST_TSC) with realtime/host_tsc when set.
+    kvm_clock_data clock() const;
+    /// KVM_SET_CLOCK (4.30): sets kvmclock to clock.clock ns (adjusted for the
+    /// realtime elapsed since clock.realtime if flags has KVM_CLOCK_REALTIME).
+    void set_clock(const kvm_clock_data& clock);
+
     /// KVM_CREATE_VCPU with vCPU id (= APIC ID) `id`, and maps its kvm_run.
     Vcpu create_vcpu(uint32_t id);
 

@@ -100,6 +100,22 @@ std::vector<iovec> ChainWriter::peek_iovecs(uint64_t bytes) const {
 
 void ChainWriter::advance(uint64_t bytes) {
     const uint64_t n = std::min(bytes, remaining_);
+    // Every byte a device stores into a chain passes here (write() and the
+    // peek_iovecs + advance path): tell the snapshot's dirty tracker, since KVM's
+    // dirty log does not see VMM writes.
+    size_t segment = segment_;
+    uint64_t offset = offset_;
+    for (uint64_t left = n; left > 0 && segment < segments_.size();) {
+        const BufferSegment& s = segments_[segment];
+        const uint64_t piece = std::min<uint64_t>(s.len - offset, left);
+        memory_.mark_dirty(s.addr + offset, piece);
+        left -= piece;
+        offset += piece;
+        if (offset == s.len) {
+            ++segment;
+            offset = 0;
+        }
+    }
     step(segments_, segment_, offset_, n);
     remaining_ -= n;
     written_ += n;

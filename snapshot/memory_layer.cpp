@@ -1,0 +1,381 @@
+#include "snapshot/memory_layer.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstddef>
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "snapshot/crc32c.hpp"
+#include "snapshot/snapshot_error.hpp"
+#include "vmm/error.hpp"
+
+namespace nanovm::snapshot {
+
+namespace {
+
+constexpr char kMagic[8] = {'N', 'V', 'M', 'L', 'A', 'Y', 'E', 'R'};
+constexpr size_t kMaxChain = 64;
+
+uint32_t header_crc(const LayerHeader& h) {
+    return crc32c({reinterpret_cast<const uint8_t*>(&h), offsetof(LayerHeader, header_crc)});
+}
+
+bool is_zero(const uint8_t* page) noexcept {
+    const auto* w = reinterpret_cast<const uint64_t*>(page);
+    for (size_t i = 0; i < kPageSize / 8; i += 8) {
+        if (w[i] | w[i + 1] | w[i + 2] | w[i + 3] | w[i + 4] | w[i + 5] | w[i + 6] | w[i + 7]) return false;
+    }
+    return true;
+}
+
+bool bit(const std::vector<uint64_t>& bits, uint64_t p) noexcept { return bits[p / 64] >> (p % 64) & 1; }
+
+// Host pointer of linear page p.
+const uint8_t* page_host(const GuestMemory& memory, uint64_t p) {
+    for (const MemoryRegion& r : memory.regions()) {
+        const uint64_t pages = r.size / kPageSize;
+        if (p < pages) return r.host + p * kPageSize;
+        p -= pages;
+    }
+    throw Error("page index beyond guest RAM");
+}
+
+void pwrite_all(int fd, const uint8_t* data, uint64_t bytes, uint64_t offset, const std::string& path) {
+    while (bytes > 0) {
+        const ssize_t n = ::pwrite(fd, data, std::min<uint64_t>(bytes, 1ULL << 30), static_cast<off_t>(offset));
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            throw_errno("pwrite " + path);
+        }
+        data += n;
+        bytes -= static_cast<uint64_t>(n);
+        offset += static_cast<uint64_t>(n);
+    }
+}
+
+LayerHeader make_header(uint64_t ram_bytes, uint32_t flags) {
+    LayerHeader h{};
+    std::memcpy(h.magic, kMagic, sizeof(kMagic));
+    h.version = kLayerFormatVersion;
+    h.flags = flags;
+    h.ram_bytes = ram_bytes;
+    h.total_pages = ram_bytes / kPageSize;
+    h.data_offset = kLayerDataOffset;
+    return h;
+}
+
+void write_header(int fd, LayerHeader& h, const std::string& path) {
+    h.header_crc = header_crc(h);
+    std::vector<uint8_t> block(kLayerDataOffset, 0);
+    std::memcpy(block.data(), &h, sizeof(h));
+    pwrite_all(fd, block.data(), block.size(), 0, path);
+}
+
+void set_parent(LayerHeader& h, const ParentRef& parent) {
+    if (parent.path.empty() || parent.path.size() >= kParentNameBytes)
+        throw Error(fmt::format("parent layer path '{}' must be 1 to {} bytes", parent.path, kParentNameBytes - 1));
+    h.flags |= kLayerHasParent;
+    h.parent_checksum = parent.checksum;
+    std::memcpy(h.parent, parent.path.data(), parent.path.size());
+}
+
+}  // namespace
+
+PageBitmap nonzero_pages(const GuestMemory& memory) {
+    const uint64_t total = memory.ram_bytes() / kPageSize;
+    PageBitmap out((total + 63) / 64, 0);
+    uint64_t first = 0;  // linear index of the region's page 0
+    for (const MemoryRegion& r : memory.regions()) {
+        const uint64_t pages = r.size / kPageSize;
+        const auto scan = [&](uint64_t from, uint64_t to) {  // region page range
+            for (uint64_t p = from; p < to; ++p)
+                if (!is_zero(r.host + p * kPageSize)) out[(first + p) / 64] |= 1ULL << ((first + p) % 64);
+        };
+        if (memory.backing() == GuestMemory::Backing::memfd) {
+            // Only the memfd's data extents can hold non-zero pages.
+            off_t at = 0;
+            const off_t end = static_cast<off_t>(r.size);
+            while (at < end) {
+                const off_t data = ::lseek(r.memfd.get(), at, SEEK_DATA);
+                if (data < 0) {
+                    if (errno == ENXIO) break;  // no data after `at`
+                    throw_errno("lseek(SEEK_DATA) guest RAM");
+                }
+                off_t hole = ::lseek(r.memfd.get(), data, SEEK_HOLE);
+                if (hole < 0) throw_errno("lseek(SEEK_HOLE) guest RAM");
+                hole = std::min(hole, end);
+                scan(static_cast<uint64_t>(data) / kPageSize,
+                     (static_cast<uint64_t>(hole) + kPageSize - 1) / kPageSize);
+                at = hole;
+            }
+        } else {
+            scan(0, pages);
+        }
+        first += pages;
+    }
+    return out;
+}
+
+LayerWriteResult write_layer(const GuestMemory& memory, const PageBitmap& pages, const std::string& path,
+                             const std::optional<ParentRef>& parent) {
+    const uint64_t total = memory.ram_bytes() / kPageSize;
+    if (pages.size() != (total + 63) / 64)
+        throw Error(fmt::format("page bitmap of {} words for {} pages", pages.size(), total));
+    LayerHeader h = make_header(memory.ram_bytes(), 0);
+    if (parent) set_parent(h, *parent);
+    Fd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!fd) throw_errno("open " + path);
+
+    PageBitmap present(pages.size(), 0);
+    std::vector<uint32_t> crcs;
+    LayerWriteResult result;
+    const uint32_t zero_crc = [] {
+        std::vector<uint8_t> zero(kPageSize, 0);
+        return crc32c(zero);
+    }();
+    // Runs of consecutive non-zero pages that are contiguous in host memory go out
+    // in one pwrite straight from guest RAM.
+    const uint8_t* run_host = nullptr;
+    uint64_t run_first = 0, run_pages = 0;
+    const auto flush_run = [&] {
+        if (run_pages)
+            pwrite_all(fd.get(), run_host, run_pages * kPageSize, h.data_offset + run_first * kPageSize, path);
+        run_pages = 0;
+    };
+    for (uint64_t p = 0; p < total; ++p) {
+        if (!bit(pages, p)) continue;
+        present[p / 64] |= 1ULL << (p % 64);
+        ++result.present_pages;
+        const uint8_t* host = page_host(memory, p);
+        if (is_zero(host)) {
+            crcs.push_back(zero_crc);
+            flush_run();
+            continue;
+        }
+        crcs.push_back(crc32c({host, kPageSize}));
+        ++result.data_pages;
+        if (run_pages && run_first + run_pages == p && run_host + run_pages * kPageSize == host) {
+            ++run_pages;
+        } else {
+            flush_run();
+            run_host = host;
+            run_first = p;
+            run_pages = 1;
+        }
+    }
+    flush_run();
+
+    h.present_pages = result.present_pages;
+    h.bitmap_offset = h.data_offset + total * kPageSize;
+    h.bitmap_bytes = present.size() * 8;
+    h.crc_table_offset = h.bitmap_offset + h.bitmap_bytes;
+    h.crc_table_bytes = crcs.size() * 4;
+    h.bitmap_crc = crc32c({reinterpret_cast<const uint8_t*>(present.data()), h.bitmap_bytes});
+    h.crc_table_crc = crc32c({reinterpret_cast<const uint8_t*>(crcs.data()), h.crc_table_bytes});
+    pwrite_all(fd.get(), reinterpret_cast<const uint8_t*>(present.data()), h.bitmap_bytes, h.bitmap_offset, path);
+    pwrite_all(fd.get(), reinterpret_cast<const uint8_t*>(crcs.data()), h.crc_table_bytes, h.crc_table_offset, path);
+    write_header(fd.get(), h, path);
+    if (::fdatasync(fd.get()) != 0) throw_errno("fdatasync " + path);
+    result.checksum = h.header_crc;
+    return result;
+}
+
+LayerFile LayerFile::open(const std::string& path) {
+    const auto fail = [&](const std::string& what) { return SnapshotError(fmt::format("{}: {}", path, what)); };
+    LayerFile f;
+    f.path_ = path;
+    f.fd_ = Fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!f.fd_) throw_errno("open " + path);
+    struct stat st {};
+    if (::fstat(f.fd_.get(), &st) != 0) throw_errno("fstat " + path);
+    const uint64_t size = static_cast<uint64_t>(st.st_size);
+    if (size < kLayerDataOffset)
+        throw fail(fmt::format("truncated: the header needs {} bytes, the file has {}", kLayerDataOffset, size));
+    LayerHeader& h = f.header_;
+    if (::pread(f.fd_.get(), &h, sizeof(h), 0) != static_cast<ssize_t>(sizeof(h))) throw_errno("read " + path);
+    if (std::memcmp(h.magic, kMagic, sizeof(kMagic)) != 0) throw fail("not a nanovm memory layer (bad magic)");
+    if (header_crc(h) != h.header_crc) throw fail("header checksum mismatch (corrupt header)");
+    if (h.version > kLayerFormatVersion)
+        throw fail(fmt::format("layer format version {} was written by a newer nanovm; this nanovm reads 1 to {}",
+                               h.version, kLayerFormatVersion));
+    if (h.version == 0) throw fail("layer format version 0 is not valid");
+    if (h.flags & ~(kLayerHasParent | kLayerFlat)) throw fail(fmt::format("unknown flags {:#x}", h.flags));
+    if (h.ram_bytes == 0 || h.ram_bytes % kPageSize != 0 || h.ram_bytes > (1ULL << 40) ||
+        h.total_pages != h.ram_bytes / kPageSize)
+        throw fail(fmt::format("header: RAM size {} / {} pages is inconsistent", h.ram_bytes, h.total_pages));
+    if (h.data_offset != kLayerDataOffset) throw fail(fmt::format("header: data offset {}", h.data_offset));
+    if (h.parent[kParentNameBytes - 1] != 0) throw fail("header: parent name is not NUL-terminated");
+    const uint64_t data_end = h.data_offset + h.total_pages * kPageSize;
+    if (h.flags & kLayerFlat) {
+        if (size < data_end) throw fail(fmt::format("truncated: {} bytes of page data expected, file has {}", data_end, size));
+    } else {
+        const uint64_t words = (h.total_pages + 63) / 64;
+        if (h.bitmap_offset != data_end || h.bitmap_bytes != words * 8 ||
+            h.crc_table_offset != h.bitmap_offset + h.bitmap_bytes || h.present_pages > h.total_pages ||
+            h.crc_table_bytes != h.present_pages * 4)
+            throw fail("header: bitmap or CRC table placement is inconsistent");
+        if (size != h.crc_table_offset + h.crc_table_bytes)
+            throw fail(fmt::format("truncated or padded: {} bytes expected, the file has {}",
+                                   h.crc_table_offset + h.crc_table_bytes, size));
+        f.bitmap_.resize(words);
+        if (::pread(f.fd_.get(), f.bitmap_.data(), h.bitmap_bytes, static_cast<off_t>(h.bitmap_offset)) !=
+            static_cast<ssize_t>(h.bitmap_bytes))
+            throw_errno("read bitmap " + path);
+        if (crc32c({reinterpret_cast<const uint8_t*>(f.bitmap_.data()), h.bitmap_bytes}) != h.bitmap_crc)
+            throw fail("page bitmap checksum mismatch (corrupt bitmap)");
+        if (h.total_pages % 64 && (f.bitmap_.back() >> (h.total_pages % 64)))
+            throw fail("page bitmap marks pages beyond the end of RAM");
+        f.rank_.resize(words);
+        uint64_t count = 0;
+        for (uint64_t w = 0; w < words; ++w) {
+            f.rank_[w] = static_cast<uint32_t>(count);
+            count += static_cast<uint64_t>(std::popcount(f.bitmap_[w]));
+        }
+        if (count != h.present_pages)
+            throw fail(fmt::format("bitmap has {} pages, the header says {}", count, h.present_pages));
+        f.crcs_.resize(h.present_pages);
+        if (h.crc_table_bytes &&
+            ::pread(f.fd_.get(), f.crcs_.data(), h.crc_table_bytes, static_cast<off_t>(h.crc_table_offset)) !=
+                static_cast<ssize_t>(h.crc_table_bytes))
+            throw_errno("read CRC table " + path);
+        if (crc32c({reinterpret_cast<const uint8_t*>(f.crcs_.data()), h.crc_table_bytes}) != h.crc_table_crc)
+            throw fail("page CRC table checksum mismatch (corrupt table)");
+    }
+    f.map_bytes_ = size;
+    void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, f.fd_.get(), 0);
+    if (map == MAP_FAILED) throw_errno("mmap " + path);
+    f.map_ = static_cast<const uint8_t*>(map);
+    return f;
+}
+
+LayerFile::LayerFile(LayerFile&& o) noexcept
+    : path_(std::move(o.path_)),
+      header_(o.header_),
+      fd_(std::move(o.fd_)),
+      map_(std::exchange(o.map_, nullptr)),
+      map_bytes_(std::exchange(o.map_bytes_, 0)),
+      bitmap_(std::move(o.bitmap_)),
+      rank_(std::move(o.rank_)),
+      crcs_(std::move(o.crcs_)) {}
+
+LayerFile& LayerFile::operator=(LayerFile&& o) noexcept {
+    if (this != &o) {
+        if (map_) ::munmap(const_cast<uint8_t*>(map_), map_bytes_);
+        path_ = std::move(o.path_);
+        header_ = o.header_;
+        fd_ = std::move(o.fd_);
+        map_ = std::exchange(o.map_, nullptr);
+        map_bytes_ = std::exchange(o.map_bytes_, 0);
+        bitmap_ = std::move(o.bitmap_);
+        rank_ = std::move(o.rank_);
+        crcs_ = std::move(o.crcs_);
+    }
+    return *this;
+}
+
+LayerFile::~LayerFile() {
+    if (map_) ::munmap(const_cast<uint8_t*>(map_), map_bytes_);
+}
+
+std::optional<ParentRef> LayerFile::parent() const {
+    if (!(header_.flags & kLayerHasParent)) return std::nullopt;
+    return ParentRef{std::string(header_.parent), header_.parent_checksum};
+}
+
+bool LayerFile::has(uint64_t page) const noexcept {
+    if (flat()) return page < header_.total_pages;
+    return page < header_.total_pages && bit(bitmap_, page);
+}
+
+std::span<const uint8_t> LayerFile::page_verified(uint64_t p) const {
+    const std::span<const uint8_t> data = page(p);
+    if (flat()) return data;
+    const uint64_t below = p % 64 ? std::popcount(bitmap_[p / 64] & ((1ULL << (p % 64)) - 1)) : 0;
+    const uint32_t expected = crcs_[rank_[p / 64] + below];
+    const uint32_t got = crc32c(data);
+    if (got != expected)
+        throw SnapshotError(fmt::format("{}: page {} (of the RAM layout) checksum mismatch (corrupt page data)", path_, p));
+    return data;
+}
+
+LayerChain LayerChain::open(const std::string& top) {
+    LayerChain chain;
+    chain.layers_.push_back(LayerFile::open(top));
+    while (auto parent = chain.layers_.back().parent()) {
+        const LayerFile& child = chain.layers_.back();
+        if (chain.layers_.size() >= kMaxChain)
+            throw SnapshotError(fmt::format("{}: layer chain longer than {}", top, kMaxChain));
+        if (parent->path.empty() || parent->path.front() == '/')
+            throw SnapshotError(fmt::format("{}: parent layer path '{}' must be relative to the layer's directory",
+                                            child.path(), parent->path));
+        const std::filesystem::path dir = std::filesystem::path(child.path()).parent_path();
+        const std::string path = (dir / parent->path).lexically_normal().string();
+        if (!std::filesystem::exists(path))
+            throw SnapshotError(fmt::format("{}: parent layer {} is missing", child.path(), path));
+        LayerFile next = LayerFile::open(path);
+        if (next.checksum() != parent->checksum)
+            throw SnapshotError(fmt::format("{}: parent layer {} has checksum {:#010x}, expected {:#010x} (a different "
+                                            "or rewritten layer)",
+                                            child.path(), path, next.checksum(), parent->checksum));
+        if (next.header().ram_bytes != child.header().ram_bytes || next.flat())
+            throw SnapshotError(fmt::format("{}: parent layer {} has a different RAM size", child.path(), path));
+        chain.layers_.push_back(std::move(next));
+    }
+    return chain;
+}
+
+const LayerFile* LayerChain::find(uint64_t page) const noexcept {
+    for (const LayerFile& layer : layers_)
+        if (layer.has(page)) return &layer;
+    return nullptr;
+}
+
+void flatten_chain(const LayerChain& chain, const std::string& path, const std::string& top_name) {
+    const std::string tmp = path + ".tmp";
+    Fd fd(::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!fd) throw_errno("open " + tmp);
+    LayerHeader h = make_header(chain.ram_bytes(), kLayerFlat);
+    set_parent(h, {top_name, chain.layers().front().checksum()});
+    const uint64_t total = chain.total_pages();
+    if (::ftruncate(fd.get(), static_cast<off_t>(h.data_offset + total * kPageSize)) != 0)
+        throw_errno("ftruncate " + tmp);
+    // One pass over the pages; runs of pages coming from consecutive pages of the
+    // same layer go out in one pwrite from that layer's mapping.
+    const LayerFile* run_layer = nullptr;
+    uint64_t run_first = 0, run_pages = 0;
+    const auto flush = [&] {
+        if (run_pages)
+            pwrite_all(fd.get(), run_layer->page(run_first).data(), run_pages * kPageSize,
+                       h.data_offset + run_first * kPageSize, tmp);
+        run_pages = 0;
+    };
+    for (uint64_t p = 0; p < total; ++p) {
+        const LayerFile* layer = chain.find(p);
+        if (!layer || is_zero(layer->page_verified(p).data())) {
+            flush();
+            continue;
+        }
+        if (run_pages && run_layer == layer && run_first + run_pages == p) {
+            ++run_pages;
+        } else {
+            flush();
+            run_layer = layer;
+            run_first = p;
+            run_pages = 1;
+        }
+    }
+    flush();
+    write_header(fd.get(), h, tmp);
+    if (::fdatasync(fd.get()) != 0) throw_errno("fdatasync " + tmp);
+    if (::rename(tmp.c_str(), path.c_str()) != 0) throw_errno("rename " + tmp);
+}
+
+}  // namespace nanovm::snapshot

@@ -1,0 +1,149 @@
+// Memory layer files: guest RAM pages in a sparse file plus a bitmap of the pages
+// present (DESIGN.md "snapshot/"). Pages (4 KiB) are numbered linearly over the RAM
+// layout of GuestMemory::layout(ram_bytes): region 0's pages, then region 1's; page
+// p sits at file offset data_offset + p * 4096, so the file has holes where pages
+// are absent or zero. A full layer holds the non-zero pages (absent = zero); a diff
+// layer holds the pages dirtied since its parent (absent = look in the parent),
+// and names its parent by relative path and header checksum.
+//
+// Layout: a 4096-byte LayerHeader, the page data, the bitmap (u64 words, bit p%64
+// of word p/64), then one CRC-32C per present page in page order. The header
+// checksums the bitmap and the CRC table, so its own CRC identifies the whole
+// layer. A flat file (kLayerFlat) is a layer with every page in place and no
+// bitmap: the restore "file" backend maps it MAP_PRIVATE.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "vmm/fd.hpp"
+#include "vmm/guest_memory.hpp"
+
+namespace nanovm::snapshot {
+
+inline constexpr uint32_t kLayerFormatVersion = 1;
+inline constexpr uint32_t kLayerHasParent = 1u << 0;
+inline constexpr uint32_t kLayerFlat = 1u << 1;
+inline constexpr uint64_t kLayerDataOffset = 4096;  ///< bytes: page 0's file offset
+inline constexpr size_t kParentNameBytes = 256;
+
+/// The first 4096 bytes of a layer file (little-endian; zero padded).
+struct LayerHeader {
+    char magic[8];             ///< "NVMLAYER"
+    uint32_t version;          ///< kLayerFormatVersion
+    uint32_t flags;            ///< kLayerHasParent, kLayerFlat
+    uint64_t ram_bytes;        ///< the guest's RAM size; fixes the region layout
+    uint64_t total_pages;      ///< ram_bytes / 4096
+    uint64_t present_pages;    ///< bits set in the bitmap
+    uint64_t data_offset;      ///< kLayerDataOffset
+    uint64_t bitmap_offset;    ///< bytes; after the data
+    uint64_t bitmap_bytes;     ///< ceil(total_pages / 64) * 8 (0 for a flat file)
+    uint64_t crc_table_offset; ///< bytes; after the bitmap
+    uint64_t crc_table_bytes;  ///< present_pages * 4 (0 for a flat file)
+    uint32_t bitmap_crc;       ///< CRC-32C of the bitmap
+    uint32_t crc_table_crc;    ///< CRC-32C of the page CRC table
+    uint32_t parent_checksum;  ///< the parent's header_crc (with kLayerHasParent)
+    uint32_t reserved;
+    char parent[kParentNameBytes];  ///< parent layer path, relative to this file's directory, NUL-terminated
+    uint32_t header_crc;       ///< CRC-32C of every byte above
+};
+
+/// A layer's parent: `path` relative to the child's directory, its header CRC.
+struct ParentRef {
+    std::string path;
+    uint32_t checksum = 0;
+};
+
+/// What write_layer did.
+struct LayerWriteResult {
+    uint64_t present_pages = 0;  ///< pages marked present in the bitmap
+    uint64_t data_pages = 0;     ///< of those, non-zero pages written as data
+    uint32_t checksum = 0;       ///< the new layer's header_crc (its identity)
+};
+
+/// A bitmap over the linear pages of `memory` (bit p set = page p).
+using PageBitmap = std::vector<uint64_t>;
+
+/// The non-zero pages of `memory`. For Backing::memfd only the memfd's data extents
+/// (SEEK_DATA/SEEK_HOLE) are read; other backings are read page by page through
+/// the mapping (a lazily filled memory is faulted in).
+PageBitmap nonzero_pages(const GuestMemory& memory);
+
+/// Writes a layer of `memory` holding the pages set in `pages` to `path` (created
+/// or truncated, then fsync'd). Zero pages stay holes but are marked present.
+/// `parent` empty makes a base layer (absent pages are zero). Throws SysError
+/// naming the step, or Error if `pages` has the wrong size.
+LayerWriteResult write_layer(const GuestMemory& memory, const PageBitmap& pages, const std::string& path,
+                             const std::optional<ParentRef>& parent);
+
+/// One opened, validated layer file (read-only mapping of the whole file).
+class LayerFile {
+public:
+    /// Opens `path` and checks magic, version, header CRC, every size and offset
+    /// against the file size, the bitmap and CRC-table checksums, and that
+    /// present_pages matches the bitmap. Page data is checked per page on use
+    /// (page_verified). Throws SnapshotError naming the file and the part.
+    static LayerFile open(const std::string& path);
+
+    LayerFile(LayerFile&&) noexcept;
+    LayerFile& operator=(LayerFile&&) noexcept;
+    LayerFile(const LayerFile&) = delete;
+    LayerFile& operator=(const LayerFile&) = delete;
+    ~LayerFile();
+
+    const std::string& path() const noexcept { return path_; }
+    const LayerHeader& header() const noexcept { return header_; }
+    uint32_t checksum() const noexcept { return header_.header_crc; }
+    bool flat() const noexcept { return header_.flags & kLayerFlat; }
+    std::optional<ParentRef> parent() const;
+    /// True if page p (linear index) is present in this layer.
+    bool has(uint64_t page) const noexcept;
+    /// Page p's 4096 bytes (p must be present), checked against its stored CRC.
+    /// Throws SnapshotError naming the file and the page's linear index on mismatch.
+    std::span<const uint8_t> page_verified(uint64_t page) const;
+    /// Page p's bytes without the check (flat files; callers that verified already).
+    std::span<const uint8_t> page(uint64_t page) const noexcept {
+        return {map_ + header_.data_offset + page * kPageSize, kPageSize};
+    }
+    int fd() const noexcept { return fd_.get(); }
+
+private:
+    LayerFile() = default;
+    std::string path_;
+    LayerHeader header_{};
+    Fd fd_;
+    const uint8_t* map_ = nullptr;
+    uint64_t map_bytes_ = 0;
+    std::vector<uint64_t> bitmap_;
+    std::vector<uint32_t> rank_;  ///< present pages before word w
+    std::vector<uint32_t> crcs_;  ///< one per present page
+};
+
+/// A layer and its ancestors, top first. Parents are found by relative path and
+/// must have the checksum their child recorded and the same RAM size.
+class LayerChain {
+public:
+    /// Opens `top` and follows parents (at most 64 layers). Throws SnapshotError
+    /// naming the layer whose parent is missing, different or corrupt.
+    static LayerChain open(const std::string& top);
+
+    const std::vector<LayerFile>& layers() const noexcept { return layers_; }
+    uint64_t ram_bytes() const noexcept { return layers_.front().header().ram_bytes; }
+    uint64_t total_pages() const noexcept { return layers_.front().header().total_pages; }
+    /// The topmost layer holding page p, or nullptr (the page is zero).
+    const LayerFile* find(uint64_t page) const noexcept;
+
+private:
+    std::vector<LayerFile> layers_;
+};
+
+/// Writes `chain` as one flat file at `path` (page p at kLayerDataOffset + p*4096,
+/// zero pages as holes), checking every page's CRC on the way; its header's
+/// parent names chain's top layer (`top_name`, relative to path's directory).
+/// Throws SnapshotError for a corrupt page (naming layer and page), SysError.
+void flatten_chain(const LayerChain& chain, const std::string& path, const std::string& top_name);
+
+}  // namespace nanovm::snapshot

@@ -1,0 +1,169 @@
+#include "snapshot/snapshot_dir.hpp"
+
+#include <fcntl.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "snapshot/snapshot_error.hpp"
+#include "snapshot/state_file.hpp"
+#include "snapshot/vm_state.hpp"
+#include "vmm/error.hpp"
+
+namespace nanovm::snapshot {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+std::string join(const std::string& dir, const char* name) { return (std::filesystem::path(dir) / name).string(); }
+
+void write_state(const Kvm& kvm, Machine& machine, const std::string& dir, SnapshotStats& stats) {
+    const auto t = Clock::now();
+    const VmState state = capture_vm_state(kvm, machine);
+    write_file_atomic(join(dir, kStateFileName), encode_vm_state(state));
+    stats.state_ms = ms_since(t);
+}
+
+}  // namespace
+
+PageBitmap collect_dirty_pages(Machine& machine, DirtyTracker* tracker) {
+    const GuestMemory& memory = machine.memory();
+    PageBitmap out((memory.ram_bytes() / kPageSize + 63) / 64, 0);
+    uint64_t first = 0;  // linear index of the region's first page
+    size_t index = 0;
+    for (const MemoryRegion& r : memory.regions()) {
+        const uint64_t pages = r.size / kPageSize;
+        std::vector<uint64_t> bits = machine.vm().get_dirty_log(r.slot, r.size);
+        if (tracker && index < tracker->region_count()) {
+            const std::vector<uint64_t> device = tracker->take(index);
+            for (size_t w = 0; w < bits.size() && w < device.size(); ++w) bits[w] |= device[w];
+        }
+        for (uint64_t p = 0; p < pages; ++p)
+            if (bits[p / 64] >> (p % 64) & 1) out[(first + p) / 64] |= 1ULL << ((first + p) % 64);
+        first += pages;
+        ++index;
+    }
+    return out;
+}
+
+SnapshotStats write_full_snapshot(const Kvm& kvm, Machine& machine, const std::string& dir, DirtyTracker* tracker) {
+    std::filesystem::create_directories(dir);
+    SnapshotStats stats;
+    write_state(kvm, machine, dir, stats);
+    auto t = Clock::now();
+    if (machine.config().log_dirty_pages) (void)collect_dirty_pages(machine, tracker);  // start a new epoch
+    const PageBitmap pages = nonzero_pages(machine.memory());
+    stats.dirty_ms = ms_since(t);
+    t = Clock::now();
+    const LayerWriteResult r = write_layer(machine.memory(), pages, join(dir, kLayerFileName), std::nullopt);
+    stats.memory_ms = ms_since(t);
+    stats.present_pages = r.present_pages;
+    stats.data_pages = r.data_pages;
+    stats.layer_checksum = r.checksum;
+    return stats;
+}
+
+SnapshotStats write_diff_snapshot(const Kvm& kvm, Machine& machine, const std::string& dir,
+                                  const std::string& parent_dir, DirtyTracker* tracker) {
+    if (!machine.config().log_dirty_pages)
+        throw Error("diff snapshot: the machine does not log dirty pages (MachineConfig::log_dirty_pages)");
+    std::filesystem::create_directories(dir);
+    const std::string parent_layer = join(parent_dir, kLayerFileName);
+    const LayerFile parent = LayerFile::open(parent_layer);
+    if (parent.header().ram_bytes != machine.memory().ram_bytes())
+        throw SnapshotError(fmt::format("{}: parent layer has a different RAM size", parent_layer));
+    const std::string relative =
+        std::filesystem::relative(std::filesystem::absolute(parent_layer), std::filesystem::absolute(dir)).string();
+    SnapshotStats stats;
+    write_state(kvm, machine, dir, stats);
+    auto t = Clock::now();
+    const PageBitmap pages = collect_dirty_pages(machine, tracker);
+    stats.dirty_ms = ms_since(t);
+    t = Clock::now();
+    const LayerWriteResult r =
+        write_layer(machine.memory(), pages, join(dir, kLayerFileName), ParentRef{relative, parent.checksum()});
+    stats.memory_ms = ms_since(t);
+    stats.present_pages = r.present_pages;
+    stats.data_pages = r.data_pages;
+    stats.layer_checksum = r.checksum;
+    return stats;
+}
+
+std::string ensure_flat_memory(const std::string& dir) {
+    const std::string flat = join(dir, kFlatFileName);
+    const LayerChain chain = LayerChain::open(join(dir, kLayerFileName));
+    if (std::filesystem::exists(flat)) {
+        try {
+            const LayerFile f = LayerFile::open(flat);
+            if (f.flat() && f.header().parent_checksum == chain.layers().front().checksum() &&
+                f.header().ram_bytes == chain.ram_bytes())
+                return flat;
+        } catch (const SnapshotError&) {
+            // a stale or damaged cache: rebuild it below
+        }
+    }
+    flatten_chain(chain, flat, kLayerFileName);
+    return flat;
+}
+
+namespace {
+
+// Lets the uffd handler stop the Machine made after it.
+struct StopTarget {
+    std::atomic<Machine*> machine{nullptr};
+};
+
+}  // namespace
+
+RestoredMachine restore_snapshot(const Kvm& kvm, const std::string& dir, MemoryBackend backend) {
+    RestoredMachine out;
+    auto t = Clock::now();
+    const std::string state_path = join(dir, kStateFileName);
+    const std::vector<uint8_t> bytes = read_whole_file(state_path);
+    const VmState state = decode_vm_state(bytes, state_path);
+    out.state_ms = ms_since(t);
+
+    t = Clock::now();
+    GuestMemory memory;
+    auto target = std::make_shared<StopTarget>();
+    if (backend == MemoryBackend::file) {
+        const std::string flat = ensure_flat_memory(dir);
+        const Fd fd(::open(flat.c_str(), O_RDONLY | O_CLOEXEC));
+        if (!fd) throw_errno("open " + flat);
+        const LayerFile header = LayerFile::open(flat);
+        if (header.header().ram_bytes != state.machine.ram_bytes)
+            throw SnapshotError(fmt::format("{}: {} bytes of RAM, vm.state says {}", flat, header.header().ram_bytes,
+                                            state.machine.ram_bytes));
+        memory = GuestMemory::map_file_private(fd.get(), state.machine.ram_bytes, kLayerDataOffset);
+    } else {
+        LayerChain chain = LayerChain::open(join(dir, kLayerFileName));
+        if (chain.ram_bytes() != state.machine.ram_bytes)
+            throw SnapshotError(fmt::format("{}: {} bytes of RAM, vm.state says {}", join(dir, kLayerFileName),
+                                            chain.ram_bytes(), state.machine.ram_bytes));
+        memory = GuestMemory::create(state.machine.ram_bytes);
+        out.uffd = std::make_unique<UffdServer>(memory, std::move(chain), [target](const std::string& message) {
+            if (Machine* m = target->machine.load()) m->request_stop(StopReason{StopReason::Kind::error, {}, message});
+        });
+    }
+    out.memory_ms = ms_since(t);
+
+    t = Clock::now();
+    MachineConfig config;
+    config.vcpus = state.machine.vcpus;
+    config.irqchip = state.machine.irqchip != 0;
+    config.log_dirty_pages = true;
+    out.machine = std::make_unique<Machine>(kvm, std::move(memory), config);
+    target->machine.store(out.machine.get());
+    restore_vm_state(*out.machine, state);
+    out.state_ms += ms_since(t);
+    return out;
+}
+
+}  // namespace nanovm::snapshot

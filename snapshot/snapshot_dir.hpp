@@ -1,0 +1,77 @@
+// A snapshot directory of this first slice: `vm.state` (snapshot/vm_state.hpp) and
+// `memory.layer` (snapshot/memory_layer.hpp), plus `memory.flat` once the "file"
+// restore backend has flattened the layer chain. The manifest, device states and
+// disk layers come later (issue 5). Taking one needs a paused Machine; restoring
+// one makes a fresh Machine in this process that has not run yet.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "snapshot/memory_layer.hpp"
+#include "snapshot/uffd_backend.hpp"
+#include "vmm/dirty_tracker.hpp"
+#include "vmm/kvm.hpp"
+#include "vmm/machine.hpp"
+
+namespace nanovm::snapshot {
+
+inline constexpr const char* kStateFileName = "vm.state";
+inline constexpr const char* kLayerFileName = "memory.layer";
+inline constexpr const char* kFlatFileName = "memory.flat";
+
+/// What a snapshot wrote and how long its parts took (ms, steady clock).
+struct SnapshotStats {
+    uint64_t present_pages = 0;  ///< pages in the memory layer's bitmap
+    uint64_t data_pages = 0;     ///< non-zero pages written
+    uint32_t layer_checksum = 0;
+    double state_ms = 0;         ///< capture + write of vm.state
+    double dirty_ms = 0;         ///< KVM_GET_DIRTY_LOG + tracker (or the non-zero scan)
+    double memory_ms = 0;        ///< writing memory.layer
+};
+
+/// The pages written since the last call (or since logging began): KVM_GET_DIRTY_LOG
+/// of every memslot (which also clears it; KVM API doc 4.8) OR-ed with `tracker`
+/// (taken and cleared; may be null), as one bitmap over GuestMemory's linear pages.
+/// Needs MachineConfig::log_dirty_pages. Throws SysError("KVM_GET_DIRTY_LOG").
+PageBitmap collect_dirty_pages(Machine& machine, DirtyTracker* tracker);
+
+/// Full snapshot of a paused `machine` into directory `dir` (created if missing):
+/// vm.state and a base memory layer of the non-zero pages. With log_dirty_pages it
+/// first clears the dirty log and `tracker`, so a later diff snapshot holds exactly
+/// what changed after this one.
+SnapshotStats write_full_snapshot(const Kvm& kvm, Machine& machine, const std::string& dir, DirtyTracker* tracker);
+
+/// Diff snapshot of a paused `machine` into `dir`: vm.state and a memory layer of
+/// the pages collect_dirty_pages reports, whose parent is `parent_dir`'s layer
+/// (referred to by relative path and checksum). The parent must be the last
+/// snapshot taken of this machine, or the one it was restored from.
+SnapshotStats write_diff_snapshot(const Kvm& kvm, Machine& machine, const std::string& dir,
+                                  const std::string& parent_dir, DirtyTracker* tracker);
+
+/// How a restore backs guest RAM.
+enum class MemoryBackend {
+    file,  ///< MAP_PRIVATE of dir/memory.flat (built from the chain when missing or stale)
+    uffd,  ///< memfds filled on demand by a UffdServer
+};
+
+/// A Machine restored from a snapshot, with what keeps its memory served. Members
+/// are destroyed machine first, then the uffd server.
+struct RestoredMachine {
+    std::unique_ptr<UffdServer> uffd;  ///< uffd backend only
+    std::unique_ptr<Machine> machine;
+    double memory_ms = 0;  ///< opening the chain (+ flattening, + mapping), ms
+    double state_ms = 0;   ///< reading vm.state + creating the Machine + loading its state, ms
+};
+
+/// Restores `dir` into a new Machine (shape from vm.state; memslots with
+/// log_dirty_pages so that it can be snapshotted again, as a diff over `dir` or in
+/// full). Throws SnapshotError naming the corrupt or inconsistent part, SysError.
+RestoredMachine restore_snapshot(const Kvm& kvm, const std::string& dir, MemoryBackend backend);
+
+/// Makes sure dir/memory.flat is the flattened chain of dir/memory.layer (rebuilt
+/// unless its header names the current top layer's checksum); returns its path.
+std::string ensure_flat_memory(const std::string& dir);
+
+}  // namespace nanovm::snapshot

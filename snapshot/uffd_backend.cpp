@@ -1,0 +1,162 @@
+#include "snapshot/uffd_backend.hpp"
+
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "snapshot/snapshot_error.hpp"
+#include "vmm/error.hpp"
+
+namespace nanovm::snapshot {
+
+namespace {
+
+// userfaultfd(2) without UFFD_USER_MODE_ONLY: KVM's own accesses (get_user_pages
+// from a vCPU) must fault to us too. Falls back to /dev/userfaultfd (Linux 6.1)
+// where the syscall is restricted to privileged users.
+Fd open_userfaultfd() {
+    const int fd = static_cast<int>(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK));
+    if (fd >= 0) return Fd(fd);
+    const int syscall_errno = errno;
+    Fd dev(::open("/dev/userfaultfd", O_RDWR | O_CLOEXEC));
+    if (dev) {
+        const int made = ::ioctl(dev.get(), USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
+        if (made >= 0) return Fd(made);
+    }
+    throw SysError("userfaultfd", syscall_errno);
+}
+
+}  // namespace
+
+UffdServer::UffdServer(GuestMemory& memory, LayerChain chain, std::function<void(const std::string&)> on_error)
+    : chain_(std::move(chain)), on_error_(std::move(on_error)) {
+    if (chain_.ram_bytes() != memory.ram_bytes())
+        throw SnapshotError(fmt::format("memory layer has {} bytes of RAM, the machine {}", chain_.ram_bytes(),
+                                        memory.ram_bytes()));
+    uffd_ = open_userfaultfd();
+    uffdio_api api{};
+    api.api = UFFD_API;
+    api.features = 0;
+    if (::ioctl(uffd_.get(), UFFDIO_API, &api) != 0) throw_errno("UFFDIO_API");
+    if (!(api.features & UFFD_FEATURE_MISSING_SHMEM))
+        throw Error("userfaultfd: this kernel cannot serve missing pages of shmem (no UFFD_FEATURE_MISSING_SHMEM)");
+    uint64_t first = 0;
+    for (const MemoryRegion& r : memory.regions()) {
+        uffdio_register reg{};
+        reg.range.start = reinterpret_cast<uint64_t>(r.host);
+        reg.range.len = r.size;
+        reg.mode = UFFDIO_REGISTER_MODE_MISSING;
+        if (::ioctl(uffd_.get(), UFFDIO_REGISTER, &reg) != 0) throw_errno("UFFDIO_REGISTER");
+        const uint64_t need = (1ULL << _UFFDIO_COPY) | (1ULL << _UFFDIO_ZEROPAGE);
+        if ((reg.ioctls & need) != need) throw Error("UFFDIO_REGISTER: UFFDIO_COPY/ZEROPAGE not offered for guest RAM");
+        regions_.push_back({reinterpret_cast<uint64_t>(r.host), r.size, first});
+        first += r.size / kPageSize;
+    }
+    memory.set_backing(GuestMemory::Backing::lazy_memfd);
+    stop_ = Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (!stop_) throw_errno("eventfd");
+    thread_ = std::thread([this] { loop(); });
+}
+
+UffdServer::~UffdServer() {
+    const uint64_t one = 1;
+    [[maybe_unused]] const ssize_t n = ::write(stop_.get(), &one, sizeof(one));
+    if (thread_.joinable()) thread_.join();
+}
+
+void UffdServer::loop() {
+    pollfd fds[2] = {{uffd_.get(), POLLIN, 0}, {stop_.get(), POLLIN, 0}};
+    uffd_msg msgs[32];
+    for (;;) {
+        if (::poll(fds, 2, -1) < 0) {
+            if (errno == EINTR) continue;
+            if (on_error_) on_error_(fmt::format("userfaultfd poll: {}", std::strerror(errno)));
+            return;
+        }
+        if (fds[1].revents) return;
+        const ssize_t n = ::read(uffd_.get(), msgs, sizeof(msgs));
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EINTR) continue;
+            if (on_error_) on_error_(fmt::format("userfaultfd read: {}", std::strerror(errno)));
+            return;
+        }
+        for (size_t i = 0; i < static_cast<size_t>(n) / sizeof(uffd_msg); ++i)
+            if (msgs[i].event == UFFD_EVENT_PAGEFAULT) serve(msgs[i].arg.pagefault.address);
+    }
+}
+
+void UffdServer::serve(uint64_t address) {
+    faults_.fetch_add(1, std::memory_order_relaxed);
+    const uint64_t page_addr = address & ~(kPageSize - 1);
+    const Region* region = nullptr;
+    for (const Region& r : regions_)
+        if (page_addr >= r.host && page_addr - r.host < r.size) region = &r;
+    if (!region) return;  // not ours: cannot happen for registered ranges
+    const uint64_t page = region->first_page + (page_addr - region->host) / kPageSize;
+    const LayerFile* layer = chain_.find(page);
+    // Serve a run of up to kRunPages pages that come from the same place (the same
+    // layer, whose pages then sit back to back in its file, or zeros): sequential
+    // touches then cost one fault per run. Pages of the run that are already there
+    // end it early (EEXIST after a partial copy); the faulting page is the first.
+    const uint64_t region_end = region->first_page + region->size / kPageSize;
+    uint64_t run = 1;
+    while (run < kRunPages && page + run < region_end && chain_.find(page + run) == layer) ++run;
+    const uint8_t* source = nullptr;
+    if (layer) {
+        try {
+            for (uint64_t i = 0; i < run; ++i) {
+                const uint8_t* data = layer->page_verified(page + i).data();
+                if (i == 0) source = data;
+            }
+        } catch (const std::exception& e) {
+            if (on_error_) on_error_(e.what());
+            source = nullptr;  // zero-fill so the faulting thread goes on; the VM is being stopped
+            run = 1;
+        }
+    }
+    uint64_t done = 0;  // bytes filled by the last attempt
+    for (;;) {
+        int r;
+        done = 0;
+        if (source) {
+            uffdio_copy copy{};
+            copy.dst = page_addr;
+            copy.src = reinterpret_cast<uint64_t>(source);
+            copy.len = run * kPageSize;
+            r = ::ioctl(uffd_.get(), UFFDIO_COPY, &copy);
+            done = copy.copy > 0 ? static_cast<uint64_t>(copy.copy) : 0;
+        } else {
+            uffdio_zeropage zero{};
+            zero.range.start = page_addr;
+            zero.range.len = run * kPageSize;
+            r = ::ioctl(uffd_.get(), UFFDIO_ZEROPAGE, &zero);
+            done = zero.zeropage > 0 ? static_cast<uint64_t>(zero.zeropage) : 0;
+        }
+        if (r == 0) {
+            done = run * kPageSize;
+            break;
+        }
+        if (errno == EEXIST) break;     // the rest of the run (or the page itself) was already there
+        if (errno == EAGAIN) {          // the mapping changed meanwhile: retry what is left
+            if (done >= kPageSize) break;  // the faulting page is in; good enough
+            continue;
+        }
+        if (on_error_)
+            on_error_(fmt::format("{} at HVA {:#x}: {}", source ? "UFFDIO_COPY" : "UFFDIO_ZEROPAGE", page_addr,
+                                  std::strerror(errno)));
+        return;
+    }
+    (source ? copied_ : zeroed_).fetch_add(std::max<uint64_t>(done / kPageSize, 1), std::memory_order_relaxed);
+}
+
+}  // namespace nanovm::snapshot

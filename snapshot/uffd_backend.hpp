@@ -1,0 +1,66 @@
+// Restore backend "uffd": guest RAM is a fresh set of memfds (GuestMemory
+// Backing::lazy_memfd) registered with userfaultfd in MISSING mode; a handler
+// thread fills each page on its first touch (by a vCPU through KVM, or by the VMM)
+// from the topmost layer of the chain holding it (UFFDIO_COPY, after checking the
+// page's CRC) or with zeros (UFFDIO_ZEROPAGE). The memory stays ordinary memfds,
+// so the restored VM can be snapshotted again. Source: Documentation/admin-guide/
+// mm/userfaultfd.rst (Linux 6.1); shmem ranges need UFFD_FEATURE_MISSING_SHMEM.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "snapshot/memory_layer.hpp"
+#include "vmm/fd.hpp"
+#include "vmm/guest_memory.hpp"
+
+namespace nanovm::snapshot {
+
+/// Serves page faults on `memory` from `chain`. Create it after the GuestMemory and
+/// before anything touches that memory; destroy it after the last access to the
+/// memory (the Machine using it), since unserved pages would block forever.
+class UffdServer {
+public:
+    /// Pages served per fault at most: the faulting page and those after it from
+    /// the same layer (or zeros), 64 KiB.
+    static constexpr uint64_t kRunPages = 16;
+
+    /// Registers every region of `memory` (which must have been just created, all
+    /// holes) and starts the handler thread. `on_error` is called on the handler
+    /// thread with a message if a page cannot be served (corrupt layer page): the
+    /// page is then zero-filled so the faulting thread does not hang, and the
+    /// caller should stop the VM. Throws SysError (userfaultfd, UFFDIO_API,
+    /// UFFDIO_REGISTER) or Error if shmem faults are not supported.
+    UffdServer(GuestMemory& memory, LayerChain chain, std::function<void(const std::string&)> on_error = {});
+    UffdServer(const UffdServer&) = delete;
+    UffdServer& operator=(const UffdServer&) = delete;
+    /// Stops and joins the handler thread and closes the userfaultfd.
+    ~UffdServer();
+
+    uint64_t faults_served() const noexcept { return faults_.load(std::memory_order_relaxed); }
+    /// Pages filled from layers / with zeros (a fault serves up to kRunPages).
+    uint64_t pages_copied() const noexcept { return copied_.load(std::memory_order_relaxed); }
+    uint64_t pages_zeroed() const noexcept { return zeroed_.load(std::memory_order_relaxed); }
+
+private:
+    struct Region {
+        uint64_t host = 0;   ///< HVA of the region's first byte
+        uint64_t size = 0;   ///< bytes
+        uint64_t first_page = 0;  ///< linear page index of its first page
+    };
+    void loop();
+    void serve(uint64_t address);
+
+    LayerChain chain_;
+    std::vector<Region> regions_;
+    std::function<void(const std::string&)> on_error_;
+    Fd uffd_;
+    Fd stop_;  ///< eventfd: the destructor's wake-up
+    std::atomic<uint64_t> faults_{0}, copied_{0}, zeroed_{0};
+    std::thread thread_;
+};
+
+}  // namespace nanovm::snapshot

@@ -1,0 +1,111 @@
+#include "snapshot/vm_state.hpp"
+
+#include <cstring>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "snapshot/msr_list.hpp"
+#include "snapshot/snapshot_error.hpp"
+
+namespace nanovm::snapshot {
+
+namespace {
+
+constexpr size_t kLegacyXsaveBytes = 4096;
+
+// The XSAVE area size KVM uses for this VM: KVM_CHECK_EXTENSION(KVM_CAP_XSAVE2)
+// answers it in bytes (KVM API doc 4.134; 0 before Linux 5.17 = the legacy 4096).
+size_t kvm_xsave_bytes(Vm& vm) {
+    const int size = vm.check_extension(KVM_CAP_XSAVE2);
+    return size > static_cast<int>(kLegacyXsaveBytes) ? static_cast<size_t>(size) : kLegacyXsaveBytes;
+}
+
+}  // namespace
+
+VmState capture_vm_state(const Kvm& kvm, Machine& machine) {
+    VmState state;
+    state.machine.vcpus = machine.vcpu_count();
+    state.machine.irqchip = machine.config().irqchip ? 1 : 0;
+    state.machine.ram_bytes = machine.memory().ram_bytes();
+    Vm& vm = machine.vm();
+    const size_t xsave_bytes = kvm_xsave_bytes(vm);
+    const std::vector<uint32_t> msr_indices = saveable_msrs(kvm, machine.vcpu(0));
+
+    for (uint32_t i = 0; i < machine.vcpu_count(); ++i) {
+        Vcpu& vcpu = machine.vcpu(i);
+        VcpuState v;
+        v.mp_state = vcpu.mp_state();
+        v.regs = vcpu.regs();
+        v.sregs = vcpu.sregs();
+        v.xsave = vcpu.xsave(xsave_bytes);
+        v.xcrs = vcpu.xcrs();
+        v.debugregs = vcpu.debugregs();
+        if (machine.config().irqchip) v.lapic = vcpu.lapic();
+        v.msrs.resize(msr_indices.size());
+        for (size_t m = 0; m < msr_indices.size(); ++m) v.msrs[m].index = msr_indices[m];
+        vcpu.get_msrs(v.msrs);
+        v.events = vcpu.vcpu_events();
+        v.cpuid = vcpu.cpuid2();
+        state.vcpus.push_back(std::move(v));
+    }
+    if (machine.config().irqchip) {
+        IrqchipState chip;
+        chip.pit = vm.pit2();
+        chip.pic_master = vm.irqchip(KVM_IRQCHIP_PIC_MASTER);
+        chip.pic_slave = vm.irqchip(KVM_IRQCHIP_PIC_SLAVE);
+        chip.ioapic = vm.irqchip(KVM_IRQCHIP_IOAPIC);
+        state.irqchip = chip;
+    }
+    state.clock = vm.clock();
+    return state;
+}
+
+void restore_vm_state(Machine& machine, const VmState& state) {
+    const MachineInfo& info = state.machine;
+    if (info.vcpus != machine.vcpu_count() || (info.irqchip != 0) != machine.config().irqchip ||
+        info.ram_bytes != machine.memory().ram_bytes())
+        throw SnapshotError(fmt::format(
+            "vm.state: the snapshot's machine ({} vCPUs, irqchip {}, {} MiB) does not match the target ({} vCPUs, "
+            "irqchip {}, {} MiB)",
+            info.vcpus, info.irqchip ? "on" : "off", info.ram_bytes / MiB, machine.vcpu_count(),
+            machine.config().irqchip ? "on" : "off", machine.memory().ram_bytes() / MiB));
+    if (state.vcpus.size() != info.vcpus) throw SnapshotError("vm.state: vCPU count and vCPU states disagree");
+    Vm& vm = machine.vm();
+    // VM-wide first, in the order of Firecracker's Vm::restore_state
+    // (src/vmm/src/vstate/vm.rs): PIT, clock, then the three irqchips.
+    if (state.irqchip) {
+        vm.set_pit2(state.irqchip->pit);
+    }
+    kvm_clock_data clock{};
+    clock.clock = state.clock.clock;
+    clock.flags = 0;  // no KVM_CLOCK_REALTIME: continue from the snapshot instant
+    vm.set_clock(clock);
+    if (state.irqchip) {
+        vm.set_irqchip(state.irqchip->pic_master);
+        vm.set_irqchip(state.irqchip->pic_slave);
+        vm.set_irqchip(state.irqchip->ioapic);
+    }
+    const size_t xsave_bytes = kvm_xsave_bytes(vm);
+    for (uint32_t i = 0; i < machine.vcpu_count(); ++i) {
+        const VcpuState& v = state.vcpus[i];
+        Vcpu& vcpu = machine.vcpu(i);
+        if (!v.cpuid.empty()) vcpu.set_cpuid2(v.cpuid);
+        vcpu.set_mp_state(v.mp_state.mp_state);
+        vcpu.set_regs(v.regs);
+        vcpu.set_sregs(v.sregs);
+        if (v.xsave.size() > xsave_bytes)
+            throw SnapshotError(fmt::format("vm.state: vcpu {} xsave: {} bytes, this KVM takes at most {}", i,
+                                            v.xsave.size(), xsave_bytes));
+        std::vector<uint8_t> area = v.xsave;
+        area.resize(xsave_bytes, 0);  // KVM_SET_XSAVE reads KVM's whole area size
+        vcpu.set_xsave(area);
+        vcpu.set_xcrs(v.xcrs);
+        vcpu.set_debugregs(v.debugregs);
+        if (v.lapic) vcpu.set_lapic(*v.lapic);
+        vcpu.set_msrs(v.msrs);
+        vcpu.set_vcpu_events(v.events);
+    }
+}
+
+}  // namespace nanovm::snapshot

@@ -1,0 +1,134 @@
+// A separate process that restores a snapshot directory into a fresh Machine and
+// reports what it finds, for tests/kvm/snapshot_test.cpp ("restore in a new
+// process"). Prints key=value lines:
+//   restore_ms, memory_ms, state_ms          time to restore (ms)
+//   ram_crc=0x...                            CRC-32C of all RAM as restored (--ram-crc)
+//   sample_0x<gpa>=0x...                     CRC-32C of the page at each --sample GPA
+//   counter<i>=N                             vCPU i's counter as restored
+// with --run-ms N (> 0), after running N ms and pausing:
+//   counter<i>_after=N, first_new<i>=N, changed<i>=N, out_of_range<i>=N (values in
+//   vCPU i's area that differ from the restored ones: the smallest, how many pages,
+//   and how many are outside [counter as restored, counter_after])
+// with --snapshot-to OUT: a diff snapshot of the restored VM over --dir into OUT
+//   snapshot_ms=..., snapshot_pages=N
+//   uffd_faults=N, stop=<reason>; error=<message> and exit 1 on failure.
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "snapshot/snapshot_dir.hpp"
+#include "tests/kvm/probe.hpp"
+#include "tests/kvm/snapshot_probe.hpp"
+#include "vmm/error.hpp"
+#include "vmm/kvm.hpp"
+
+using namespace nanovm;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+int run(int argc, char** argv) {
+    std::string dir, backend = "file", snapshot_to;
+    int run_ms = 0;
+    bool want_ram_crc = false;
+    std::vector<uint64_t> samples;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        const auto next = [&]() -> std::string {
+            if (i + 1 >= argc) throw Error("missing value after " + a);
+            return argv[++i];
+        };
+        if (a == "--dir") dir = next();
+        else if (a == "--backend") backend = next();
+        else if (a == "--run-ms") run_ms = std::stoi(next());
+        else if (a == "--sample") samples.push_back(std::stoull(next(), nullptr, 0));
+        else if (a == "--snapshot-to") snapshot_to = next();
+        else if (a == "--ram-crc") want_ram_crc = true;
+        else throw Error("unknown argument " + a);
+    }
+    if (dir.empty()) throw Error("--dir is required");
+    if (backend != "file" && backend != "uffd") throw Error("--backend is file or uffd");
+
+    const Kvm kvm = Kvm::open();
+    const auto t = Clock::now();
+    snapshot::RestoredMachine restored = snapshot::restore_snapshot(
+        kvm, dir, backend == "file" ? snapshot::MemoryBackend::file : snapshot::MemoryBackend::uffd);
+    std::cout << fmt::format("restore_ms={:.3f}\nmemory_ms={:.3f}\nstate_ms={:.3f}\n", ms_since(t), restored.memory_ms,
+                             restored.state_ms);
+    Machine& machine = *restored.machine;
+    GuestMemory& memory = machine.memory();
+    if (want_ram_crc) std::cout << fmt::format("ram_crc={:#010x}\n", test::ram_crc(memory));
+    for (uint64_t gpa : samples)
+        std::cout << fmt::format("sample_{:#x}={:#010x}\n", gpa, test::memory_crc(memory, gpa, kPageSize));
+    std::vector<std::vector<uint8_t>> areas;
+    std::vector<uint32_t> counters;
+    for (uint32_t i = 0; i < machine.vcpu_count(); ++i) {
+        const test::CounterLoop loop = test::standard_loop(i);
+        counters.push_back(memory.read<uint32_t>(Gpa(loop.counter)));
+        std::cout << fmt::format("counter{}={}\n", i, counters.back());
+        if (run_ms > 0 && memory.contains(Gpa(loop.begin), loop.end - loop.begin)) {
+            const auto area = memory.slice(Gpa(loop.begin), loop.end - loop.begin);
+            areas.emplace_back(area.begin(), area.end());
+        }
+    }
+    if (run_ms > 0) {
+        test::RecordingPio pio;
+        test::RecordingMmio mmio;
+        StopReason reason;
+        std::thread runner([&] { reason = test::run_bounded(machine, pio, mmio, std::chrono::seconds(120)); });
+        std::this_thread::sleep_for(std::chrono::milliseconds(run_ms));
+        const auto tp = Clock::now();
+        machine.pause();
+        std::cout << fmt::format("pause_ms={:.3f}\n", ms_since(tp));
+        for (uint32_t i = 0; i < machine.vcpu_count() && i < areas.size(); ++i) {
+            const test::CounterLoop loop = test::standard_loop(i);
+            const uint32_t after = memory.read<uint32_t>(Gpa(loop.counter));
+            std::cout << fmt::format("counter{}_after={}\n", i, after);
+            uint64_t changed = 0, out_of_range = 0;
+            uint32_t first_new = ~0u;
+            for (uint64_t off = 0; off < areas[i].size(); off += kPageSize) {
+                uint32_t before, now;
+                std::memcpy(&before, areas[i].data() + off, 4);
+                now = memory.read<uint32_t>(Gpa(loop.begin + off));
+                if (before != now) {
+                    ++changed;
+                    first_new = std::min(first_new, now);
+                    if (now < counters[i] || now > after) ++out_of_range;
+                }
+            }
+            std::cout << fmt::format("first_new{}={}\nchanged{}={}\nout_of_range{}={}\n", i, first_new, i, changed, i,
+                                     out_of_range);
+        }
+        if (!snapshot_to.empty()) {
+            const auto ts = Clock::now();
+            const snapshot::SnapshotStats stats = snapshot::write_diff_snapshot(kvm, machine, snapshot_to, dir, nullptr);
+            std::cout << fmt::format("snapshot_ms={:.3f}\nsnapshot_pages={}\n", ms_since(ts), stats.present_pages);
+        }
+        machine.resume();
+        machine.request_stop("child done");
+        runner.join();
+        std::cout << "stop=" << reason.describe() << "\n";
+    }
+    if (restored.uffd) std::cout << "uffd_faults=" << restored.uffd->faults_served() << "\n";
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    try {
+        return run(argc, argv);
+    } catch (const std::exception& e) {
+        std::cout << "error=" << e.what() << std::endl;
+        return 1;
+    }
+}

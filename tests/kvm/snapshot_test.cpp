@@ -1,0 +1,353 @@
+// Snapshot and restore of probe guests: vm.state + memory layers written from a
+// paused Machine, restored in a NEW process (tests/kvm/snapshot_child) with both
+// memory backends; diff layers hold exactly the dirtied pages (KVM dirty log OR
+// the VMM's own writes); a restored VM is snapshotted again; 4 GiB with two
+// memslots. Timings are printed as "timing: ..." lines (under the test host they
+// are emulated and only comparable with each other).
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "devices/virtio/chain_io.hpp"
+#include "snapshot/memory_layer.hpp"
+#include "snapshot/snapshot_dir.hpp"
+#include "tests/kvm/probe.hpp"
+#include "tests/kvm/snapshot_probe.hpp"
+#include "tests/support/temp_dir.hpp"
+#include "vmm/fd.hpp"
+#include "vmm/kvm.hpp"
+#include "vmm/machine.hpp"
+
+using namespace nanovm;
+using namespace std::chrono_literals;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+// Snapshot files go to the test host's scratch disk when there is one ($NANOVM_SCRATCH).
+void use_scratch() {
+    if (const char* scratch = ::getenv("NANOVM_SCRATCH")) ::setenv("TMPDIR", scratch, 1);
+}
+
+std::string child(const std::string& args) { return std::string(NANOVM_SNAPSHOT_CHILD) + " " + args + " 2>&1"; }
+
+uint32_t counter(const Machine& machine, uint32_t vcpu) {
+    return const_cast<Machine&>(machine).memory().read<uint32_t>(Gpa(test::standard_loop(vcpu).counter));
+}
+
+template <typename F>
+bool eventually(F condition, std::chrono::milliseconds limit = 60s) {
+    const auto deadline = Clock::now() + limit;
+    while (Clock::now() < deadline) {
+        if (condition()) return true;
+        std::this_thread::sleep_for(1ms);
+    }
+    return condition();
+}
+
+DirtyTracker tracker_for(const GuestMemory& memory) {
+    std::vector<DirtyTracker::Range> ranges;
+    for (const MemoryRegion& r : memory.regions()) ranges.push_back({r.gpa, r.size});
+    return DirtyTracker(ranges);
+}
+
+// Runs the machine on a thread with the standard counter loops.
+class Running {
+public:
+    explicit Running(Machine& machine) : machine_(machine) {
+        thread_ = std::thread([this] { reason_ = test::run_bounded(machine_, pio_, mmio_, 300s); });
+    }
+    ~Running() {
+        if (thread_.joinable()) stop();
+    }
+    StopReason stop() {
+        machine_.resume();
+        machine_.request_stop("test done");
+        thread_.join();
+        return reason_;
+    }
+
+private:
+    Machine& machine_;
+    test::RecordingPio pio_;
+    test::RecordingMmio mmio_;
+    StopReason reason_;
+    std::thread thread_;
+};
+
+std::set<uint64_t> present_pages(const std::string& layer_path) {
+    const snapshot::LayerFile layer = snapshot::LayerFile::open(layer_path);
+    std::set<uint64_t> out;
+    for (uint64_t p = 0; p < layer.header().total_pages; ++p)
+        if (layer.has(p)) out.insert(p);
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("a counting probe snapshotted mid-run goes on in a new process from where it was, with the saved memory",
+          "[kvm][snapshot]") {
+    use_scratch();
+    test::TempDir dir("snap");
+    const Kvm kvm = Kvm::open();
+    Machine machine(kvm, GuestMemory::create(64 * MiB), {.vcpus = 2, .irqchip = true, .log_dirty_pages = true});
+    test::install_counter_loops(machine);
+    Running running(machine);
+    REQUIRE(eventually([&] { return counter(machine, 0) > 5000 && counter(machine, 1) > 5000; }));
+
+    auto t = Clock::now();
+    machine.pause();
+    const double pause_ms = ms_since(t);
+    const uint32_t c0 = counter(machine, 0), c1 = counter(machine, 1);
+    std::this_thread::sleep_for(20ms);
+    CHECK(counter(machine, 0) == c0);  // really paused
+    const std::string snap = dir.file("s1");
+    t = Clock::now();
+    const snapshot::SnapshotStats stats = snapshot::write_full_snapshot(kvm, machine, snap, nullptr);
+    const double snapshot_ms = ms_since(t);
+    const uint32_t crc = test::ram_crc(machine.memory());
+    t = Clock::now();
+    machine.resume();
+    const double resume_ms = ms_since(t);
+    CHECK(eventually([&] { return counter(machine, 0) > c0 + 1000; }));  // the original runs on
+    const StopReason reason = running.stop();
+    CHECK(reason.kind == StopReason::Kind::requested);
+    std::cout << fmt::format(
+        "timing: 64 MiB/2 vCPU probe: pause {:.3f} ms, resume {:.3f} ms, full snapshot {:.3f} ms (state {:.3f}, "
+        "scan {:.3f}, layer {:.3f}; {} pages)\n",
+        pause_ms, resume_ms, snapshot_ms, stats.state_ms, stats.dirty_ms, stats.memory_ms, stats.present_pages);
+    CHECK(stats.present_pages >= 2 * 2048);  // both areas are full of non-zero counters
+
+    for (const char* backend : {"file", "uffd"}) {
+        const auto out = test::run_child(child(fmt::format("--dir {} --backend {} --run-ms 300 --ram-crc", snap, backend)));
+        INFO(backend << " child: error=" << (out.count("error") ? out.at("error") : "") << " line0="
+                     << (out.count("line0") ? out.at("line0") : ""));
+        REQUIRE(out.at("exit") == "0");
+        std::cout << fmt::format("timing: restore ({}) {} ms (memory {} ms, state {} ms)\n", backend,
+                                 out.at("restore_ms"), out.at("memory_ms"), out.at("state_ms"));
+        CHECK(out.at("ram_crc") == fmt::format("{:#010x}", crc));  // memory equals the saved pattern
+        CHECK(std::stoul(out.at("counter0")) == c0);
+        CHECK(std::stoul(out.at("counter1")) == c1);
+        // The counters continue from the snapshot's values: every page the restored
+        // guest wrote holds a count in [saved, counter_after]; if it did not get all
+        // the way round its area, the first new value is the next count (c or c + 1,
+        // depending on where in the loop the vCPU was paused).
+        for (uint32_t i = 0; i < 2; ++i) {
+            const uint64_t saved = i == 0 ? c0 : c1;
+            const uint64_t first_new = std::stoul(out.at(fmt::format("first_new{}", i)));
+            const uint64_t changed = std::stoul(out.at(fmt::format("changed{}", i)));
+            INFO("vCPU " << i << ": saved " << saved << ", first new value " << first_new << ", after "
+                          << out.at(fmt::format("counter{}_after", i)) << ", changed pages " << changed);
+            CHECK(std::stoul(out.at(fmt::format("counter{}_after", i))) > saved);
+            CHECK(changed > 0);
+            CHECK(out.at(fmt::format("out_of_range{}", i)) == "0");
+            if (changed < 2048) CHECK((first_new == saved || first_new == saved + 1));
+        }
+        CHECK(out.at("stop").find("requested") != std::string::npos);
+        if (std::string(backend) == "uffd") CHECK(std::stoul(out.at("uffd_faults")) > 0);
+    }
+}
+
+TEST_CASE("a diff snapshot holds exactly the pages dirtied since the last one, device writes included; a restored VM "
+          "is snapshotted again",
+          "[kvm][snapshot]") {
+    use_scratch();
+    test::TempDir dir("diff");
+    const Kvm kvm = Kvm::open();
+    Machine machine(kvm, GuestMemory::create(64 * MiB), {.vcpus = 2, .irqchip = true, .log_dirty_pages = true});
+    DirtyTracker tracker = tracker_for(machine.memory());
+    machine.memory().set_dirty_tracker(&tracker);
+    test::install_counter_loops(machine);
+    Running running(machine);
+    REQUIRE(eventually([&] { return counter(machine, 0) > 3000; }));
+    machine.pause();
+    const std::string s1 = dir.file("s1"), s2 = dir.file("s2"), s3 = dir.file("s3");
+    snapshot::write_full_snapshot(kvm, machine, s1, &tracker);
+    const auto before = machine.memory().slice(Gpa(0), 64 * MiB);
+    const std::vector<uint8_t> at_s1(before.begin(), before.end());
+    const uint32_t c0 = counter(machine, 0);
+    machine.resume();
+    // Let vCPU 0 go less than once around its 2048-page area so that only part of
+    // the memory changes.
+    REQUIRE(eventually([&] { return counter(machine, 0) > c0 + 700; }, 60s));
+    machine.pause();
+    // A simulated device completes a request into a buffer at 40 MiB: only the VMM
+    // writes there, so only the DirtyTracker knows.
+    virtio::DescriptorChain chain;
+    chain.writable = {{Gpa(40 * MiB + 0x800), 64}};
+    chain.writable_bytes = 64;
+    virtio::ChainWriter writer(machine.memory(), chain);
+    writer.write_exact(std::vector<uint8_t>(64, 0xd5), "device response");
+
+    auto t = Clock::now();
+    const snapshot::SnapshotStats stats = snapshot::write_diff_snapshot(kvm, machine, s2, s1, &tracker);
+    const double diff_ms = ms_since(t);
+    const uint32_t crc = test::ram_crc(machine.memory());
+    std::set<uint64_t> changed;
+    const auto now = machine.memory().slice(Gpa(0), 64 * MiB);
+    for (uint64_t p = 0; p < 64 * MiB / kPageSize; ++p)
+        if (std::memcmp(now.data() + p * kPageSize, at_s1.data() + p * kPageSize, kPageSize) != 0) changed.insert(p);
+    const uint32_t c0_s2 = counter(machine, 0);
+    // The page each vCPU is about to write: KVM may already have logged it (the write
+    // faulted, KVM marked the page and made it writable, then the pause kicked the vCPU
+    // out before the store retired), so the diff may hold it although it is unchanged.
+    const std::set<uint64_t> next_store = {machine.vcpu(0).regs().rsi / kPageSize,
+                                           machine.vcpu(1).regs().rsi / kPageSize};
+    running.stop();
+
+    std::cout << fmt::format("timing: diff snapshot {:.3f} ms ({} pages; dirty log + tracker {:.3f} ms, layer {:.3f} ms)\n",
+                             diff_ms, stats.present_pages, stats.dirty_ms, stats.memory_ms);
+    CHECK(changed.count(40 * MiB / kPageSize) == 1);  // the device's page
+    CHECK(changed.size() > 700);
+    CHECK(changed.size() < 64 * MiB / kPageSize / 2);
+    const std::set<uint64_t> present = present_pages(s2 + "/memory.layer");
+    std::set<uint64_t> missing, extra;
+    for (uint64_t p : changed)
+        if (!present.count(p)) missing.insert(p);
+    for (uint64_t p : present)
+        if (!changed.count(p)) extra.insert(p);
+    for (uint64_t p : extra) std::cout << fmt::format("diag: page {:#x} in the diff but unchanged\n", p * kPageSize);
+    CHECK(missing.empty());  // every changed page is in the diff
+    for (uint64_t p : extra) CHECK(next_store.count(p) == 1);  // and nothing else but a pending store
+    CHECK(present.size() == changed.size() + extra.size());
+
+    // The diff chain restores to the memory at s2 with either backend, and the
+    // restored VM takes a diff snapshot of its own (over s2) that restores again.
+    std::string counter_after;
+    for (const char* backend : {"uffd", "file"}) {
+        const bool first = std::string(backend) == "uffd";
+        const auto out = test::run_child(child(fmt::format("--dir {} --backend {} --run-ms 300 --ram-crc{}", s2, backend,
+                                                           first ? " --snapshot-to " + s3 : "")));
+        INFO(backend << " child: error=" << (out.count("error") ? out.at("error") : ""));
+        REQUIRE(out.at("exit") == "0");
+        CHECK(out.at("ram_crc") == fmt::format("{:#010x}", crc));
+        CHECK(std::stoul(out.at("counter0")) == c0_s2);
+        CHECK(std::stoul(out.at("counter0_after")) > c0_s2);
+        if (first) {
+            counter_after = out.at("counter0_after");
+            std::cout << fmt::format("timing: snapshot of the restored VM {} ms ({} pages)\n", out.at("snapshot_ms"),
+                                     out.at("snapshot_pages"));
+        }
+    }
+    const auto again = test::run_child(child(fmt::format("--dir {} --backend file --run-ms 200", s3)));
+    INFO("s3 child: error=" << (again.count("error") ? again.at("error") : ""));
+    REQUIRE(again.at("exit") == "0");
+    CHECK(again.at("counter0") == counter_after);  // s3 = the restored VM at its pause
+    CHECK(std::stoul(again.at("counter0_after")) > std::stoul(counter_after));
+}
+
+TEST_CASE("a 4096 MiB guest with RAM above 4 GiB (two memslots) round-trips through both backends",
+          "[kvm][snapshot][large]") {
+    use_scratch();
+    test::TempDir dir("big");
+    const Kvm kvm = Kvm::open();
+    Machine machine(kvm, GuestMemory::create(4096 * MiB), {.vcpus = 1, .irqchip = true, .log_dirty_pages = true});
+    REQUIRE(machine.memory().regions().size() == 2);
+    test::install_counter_loops(machine);
+    // The flat32 probe cannot reach above 4 GiB: the VMM writes a pattern there
+    // (and in the last page below the hole).
+    std::vector<uint64_t> samples = {0x3000, 3 * GiB - kPageSize, 4 * GiB, 4 * GiB + 123 * MiB, 5 * GiB - kPageSize,
+                                     2 * GiB};  // 2 GiB: never written, zero
+    for (uint64_t gpa : samples)
+        if (gpa != 0x3000 && gpa != 2 * GiB) machine.memory().write<uint64_t>(Gpa(gpa + 16), gpa ^ 0x5a5a5a5a5a5a5a5aULL);
+    Running running(machine);
+    REQUIRE(eventually([&] { return counter(machine, 0) > 3000; }));
+    machine.pause();
+    auto t = Clock::now();
+    const snapshot::SnapshotStats stats = snapshot::write_full_snapshot(kvm, machine, dir.file("s"), nullptr);
+    const double snapshot_ms = ms_since(t);
+    std::vector<std::string> expected;
+    std::string args = fmt::format("--dir {} ", dir.file("s"));
+    for (uint64_t gpa : samples) {
+        expected.push_back(fmt::format("{:#010x}", test::memory_crc(machine.memory(), gpa, kPageSize)));
+        args += fmt::format("--sample {:#x} ", gpa);
+    }
+    const uint32_t c0 = counter(machine, 0);
+    running.stop();
+    std::cout << fmt::format("timing: 4096 MiB full snapshot {:.3f} ms ({} pages)\n", snapshot_ms, stats.present_pages);
+    CHECK(stats.present_pages == 2048 + 1 /*code*/ + 1 /*counter*/ + 4 /*VMM pattern*/);
+
+    for (const char* backend : {"uffd", "file"}) {
+        const auto out = test::run_child(child(args + "--backend " + backend + " --run-ms 200"));
+        INFO(backend << " child: error=" << (out.count("error") ? out.at("error") : ""));
+        REQUIRE(out.at("exit") == "0");
+        std::cout << fmt::format("timing: 4096 MiB restore ({}) {} ms\n", backend, out.at("restore_ms"));
+        for (size_t i = 0; i < samples.size(); ++i) CHECK(out.at(fmt::format("sample_{:#x}", samples[i])) == expected[i]);
+        CHECK(std::stoul(out.at("counter0")) == c0);
+        CHECK(std::stoul(out.at("counter0_after")) > c0);
+    }
+}
+
+namespace {
+
+void flip_byte(const std::string& path, uint64_t offset) {
+    Fd fd(::open(path.c_str(), O_RDWR | O_CLOEXEC));
+    REQUIRE(fd.valid());
+    uint8_t b = 0;
+    REQUIRE(::pread(fd.get(), &b, 1, static_cast<off_t>(offset)) == 1);
+    b ^= 0x01;
+    REQUIRE(::pwrite(fd.get(), &b, 1, static_cast<off_t>(offset)) == 1);
+}
+
+}  // namespace
+
+TEST_CASE("a corrupt vm.state or memory layer is refused on restore with a message naming the part",
+          "[kvm][snapshot]") {
+    use_scratch();
+    test::TempDir dir("corrupt");
+    const Kvm kvm = Kvm::open();
+    Machine machine(kvm, GuestMemory::create(64 * MiB), {.vcpus = 2, .irqchip = true, .log_dirty_pages = true});
+    test::install_counter_loops(machine);
+    Running running(machine);
+    REQUIRE(eventually([&] { return counter(machine, 1) > 3000; }));
+    machine.pause();
+    const std::string good = dir.file("good");
+    snapshot::write_full_snapshot(kvm, machine, good, nullptr);
+    running.stop();
+    const auto copy_of_good = [&](const std::string& name) {
+        const std::string to = dir.file(name);
+        std::filesystem::copy(good, to);
+        return to;
+    };
+
+    // A flipped byte in the middle of vm.state (inside a vCPU section).
+    const std::string bad_state = copy_of_good("bad_state");
+    flip_byte(bad_state + "/vm.state", std::filesystem::file_size(bad_state + "/vm.state") / 2);
+    for (const char* backend : {"file", "uffd"}) {
+        const auto out = test::run_child(child(fmt::format("--dir {} --backend {}", bad_state, backend)));
+        INFO(backend);
+        CHECK(out.at("exit") == "1");
+        CHECK(out.at("error").find(bad_state + "/vm.state: section ") == 0);
+        CHECK(out.at("error").find("checksum mismatch") != std::string::npos);
+    }
+
+    // A flipped byte in the code page (GPA 0x1000 = page 1) of the memory layer:
+    // the file backend refuses while flattening; the uffd backend when the guest
+    // first fetches that page, stopping the machine with the message.
+    const std::string bad_page = copy_of_good("bad_page");
+    flip_byte(bad_page + "/memory.layer", snapshot::kLayerDataOffset + 1 * kPageSize + 5);
+    const std::string expected = bad_page + "/memory.layer: page 1 (of the RAM layout) checksum mismatch";
+    const auto file = test::run_child(child(fmt::format("--dir {} --backend file", bad_page)));
+    CHECK(file.at("exit") == "1");
+    CHECK(file.at("error").find(expected) == 0);
+    const auto uffd = test::run_child(child(fmt::format("--dir {} --backend uffd --run-ms 300", bad_page)));
+    CHECK(uffd.at("exit") == "0");
+    INFO("uffd stop: " << uffd.at("stop"));
+    CHECK(uffd.at("stop").find(expected) != std::string::npos);
+}
