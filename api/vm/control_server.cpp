@@ -49,11 +49,7 @@ ControlServer::ControlServer(std::string socket_path) : path_(std::move(socket_p
     if (::listen(listener_.get(), 16) != 0) throw_errno("listen " + path_);
 }
 
-ControlServer::~ControlServer() {
-    loop_.reset();  // joins the loop thread: no handler runs any more
-    clients_.clear();
-    ::unlink(path_.c_str());
-}
+ControlServer::~ControlServer() { ::unlink(path_.c_str()); }
 
 void ControlServer::add_command(std::string command, Handler handler) {
     if (started_) throw Error("ControlServer::add_command after start()");
@@ -63,8 +59,7 @@ void ControlServer::add_command(std::string command, Handler handler) {
 void ControlServer::start() {
     if (started_) return;
     started_ = true;
-    loop_ = std::make_unique<EventLoop>();
-    loop_->add(listener_.get(), EPOLLIN, [this](uint32_t) { accept_clients(); });
+    loop_.add(listener_.get(), EPOLLIN, [this](uint32_t) { accept_clients(); });
 }
 
 void ControlServer::accept_clients() {
@@ -84,7 +79,7 @@ void ControlServer::accept_clients() {
         auto c = std::make_unique<Connection>();
         c->fd = std::move(fd);
         clients_[raw] = std::move(c);
-        loop_->add(raw, EPOLLIN, [this, raw](uint32_t events) { on_client(raw, events); });
+        loop_.add(raw, EPOLLIN, [this, raw](uint32_t events) { on_client(raw, events); });
     }
 }
 
@@ -158,12 +153,12 @@ bool ControlServer::flush(Connection& c) {
     }
     uint32_t events = c.output.empty() ? EPOLLIN : EPOLLOUT;
     if (!c.output.empty() && c.output.size() < kMaxQueuedAnswers && !c.close_after_flush) events |= EPOLLIN;
-    loop_->modify(fd, events);
+    loop_.modify(fd, events);
     return true;
 }
 
 void ControlServer::close_client(int fd) {
-    loop_->remove(fd);
+    loop_.remove(fd);
     clients_.erase(fd);
 }
 

@@ -59,7 +59,7 @@ private:
     std::map<std::string, Handler> handlers_;
     std::map<int, std::unique_ptr<Connection>> clients_;  // loop thread only
     bool started_ = false;
-    std::unique_ptr<EventLoop> loop_;  // destroyed first: no handler runs after that
+    EventLoop loop_;  // last: destroyed first, so no handler runs once the rest goes
 };
 
 }  // namespace nanovm::vm
