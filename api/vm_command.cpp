@@ -77,6 +77,34 @@ int vm_start(const vm::SandboxSpec& spec) {
     }
 }
 
+// `vm exec --session NAME`: the words joined into one shell line (as ssh does), run
+// in the session's shell, which is opened first if it does not exist yet.
+int session_exec(agent::AgentClient& client, const LiveVm& vm, const VmCommandOptions& o) {
+    if (!o.cwd.empty() || !o.env.empty())
+        throw Error("--session: use cd and export in the session instead of --cwd and --env");
+    std::string line;
+    for (const std::string& word : o.argv) line += (line.empty() ? "" : " ") + word;
+    try {
+        client.open_session(o.session);
+    } catch (const agent::AgentError& e) {
+        if (e.errno_name() != "EEXIST")
+            throw Error(fmt::format("VM {}: session {}: {}: {}", vm.paths.id, o.session, e.message(), e.errno_name()));
+    }
+    const Fd signals = block_termination_signals();
+    const auto timeout = std::chrono::milliseconds(std::chrono::seconds(o.timeout_s));
+    try {
+        return vm::stream_request(
+            client,
+            [&](agent::OutputCallbacks callbacks) {
+                return client.start_in_session(o.session, line, timeout, std::move(callbacks));
+            },
+            false, timeout, signals.get());
+    } catch (const std::exception& e) {
+        log_line(fmt::format("VM {}: the guest agent: {}", vm.paths.id, e.what()));
+        return vm::kExecNanovmError;
+    }
+}
+
 int vm_exec(const VmCommandOptions& o) {
     if (o.argv.empty() || o.argv.front().empty()) throw Error("no command: nanovm vm exec ID -- CMD ARGS...");
     for (const std::string& e : o.env) {
@@ -84,6 +112,7 @@ int vm_exec(const VmCommandOptions& o) {
     }
     const LiveVm vm = live_vm(o.id);
     agent::AgentClient client = agent_of(vm);
+    if (!o.session.empty()) return session_exec(client, vm, o);
     agent::Command command = agent::Command::program(o.argv);
     command.cwd = o.cwd;
     command.env = o.env;
@@ -202,7 +231,11 @@ int vm_control(const std::string& id_text, const char* command) {
     const LiveVm vm = live_vm(id_text);
     try {
         const json answer = vm::control_call(vm.paths.control_socket(), command);
-        if (std::string(command) == "status") std::printf("%s\n", answer.dump().c_str());
+        if (std::string(command) == "status") {
+            json status = answer;
+            status.erase("ok");
+            std::printf("%s\n", status.dump().c_str());
+        }
     } catch (const vm::ControlCommandError& e) {
         throw Error(fmt::format("VM {}: {}", vm.paths.id, e.what()));
     }
@@ -274,6 +307,10 @@ VmCommands add_vm_commands(CLI::App& app, VmCommandOptions& o) {
     c.exec->add_option("--cwd", o.cwd, "Working directory in the guest [default: /]")->type_name("DIR");
     c.exec->add_option("-e,--env", o.env, "Set KEY=VALUE (repeatable)")->type_name("KEY=VALUE");
     c.exec->add_flag("-n,--no-stdin", o.no_stdin, "Do not forward stdin");
+    c.exec->add_option("--session", o.session,
+                       "Run in the persistent shell NAME (opened if new): cwd and variables carry over; the words "
+                       "after -- are joined into one shell line, as ssh does; no stdin")
+        ->type_name("NAME");
     c.exec->add_option("command", o.argv, "The command and its arguments, after --")->required();
     c.exec->footer(kExecStatusHelp);
 

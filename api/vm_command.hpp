@@ -2,6 +2,7 @@
 //
 //   vm start [--cpus N] [--memory MiB] [--image IMG] [--disk SPEC]  start one, print its id
 //   vm exec ID [--timeout S] [--cwd DIR] [-e K=V] -- CMD ARGS...     run a command in it
+//   vm exec ID --session NAME -- SHELL WORDS...                      ... in a persistent shell
 //   vm cp ID:/GUEST_PATH HOST_PATH | vm cp HOST_PATH ID:/GUEST_PATH  copy one file
 //   vm list [--json]                                                 the VMs and their state
 //   vm status ID                                                     its control status (JSON)
@@ -31,6 +32,7 @@ struct VmCommandOptions {
     std::string cwd;                         ///< exec
     std::vector<std::string> env;            ///< exec
     bool no_stdin = false;                   ///< exec
+    std::string session;                     ///< exec: run in this persistent shell
     std::string copy_from, copy_to;          ///< cp
     bool json = false;                       ///< list
     bool force = false;                      ///< stop

@@ -56,15 +56,22 @@ int exit_status_for_start_error(const agent::AgentError& error) {
 int exec_streaming(agent::AgentClient& client, agent::Command command, const StreamOptions& options) {
     command.stdin_stream = options.forward_stdin;
     command.stdin_data.reset();
+    return stream_request(
+        client, [&](agent::OutputCallbacks callbacks) { return client.start(command, std::move(callbacks)); },
+        options.forward_stdin, command.timeout, options.signal_fd);
+}
+
+int stream_request(agent::AgentClient& client, const StartRequest& start, bool forward_stdin,
+                   std::chrono::milliseconds timeout, int signal_fd) {
     OutputWriter out(STDOUT_FILENO), err(STDERR_FILENO);
-    const agent::RequestId id = client.start(command, agent::OutputCallbacks{std::ref(out), std::ref(err)});
-    bool stdin_open = options.forward_stdin;
+    const agent::RequestId id = start(agent::OutputCallbacks{std::ref(out), std::ref(err)});
+    bool stdin_open = forward_stdin;
     int signals_seen = 0;
     while (!client.done(id)) {
         pollfd fds[3] = {
             {client.native_handle(), static_cast<short>(POLLIN | (client.queued_output() > 0 ? POLLOUT : 0)), 0},
             {stdin_open && client.queued_output() < kStdinHighWater ? STDIN_FILENO : -1, POLLIN, 0},
-            {options.signal_fd, POLLIN, 0},
+            {signal_fd, POLLIN, 0},
         };
         if (::poll(fds, 3, -1) < 0) {
             if (errno == EINTR) continue;
@@ -84,7 +91,7 @@ int exec_streaming(agent::AgentClient& client, agent::Command command, const Str
         }
         if (fds[2].revents & POLLIN) {
             signalfd_siginfo info{};
-            if (::read(options.signal_fd, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
+            if (::read(signal_fd, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
                 if (++signals_seen < kSignalsBeforeKill) {
                     client.send_signal(id, static_cast<int>(info.ssi_signo));
                 } else {
@@ -102,7 +109,7 @@ int exec_streaming(agent::AgentClient& client, agent::Command command, const Str
     }
     if (result.status.timed_out) {
         log_line(fmt::format("the command timed out after {} s and was killed",
-                             std::chrono::duration_cast<std::chrono::seconds>(command.timeout).count()));
+                             std::chrono::duration_cast<std::chrono::seconds>(timeout).count()));
         return kExecTimedOut;
     }
     return result.status.shell_code();

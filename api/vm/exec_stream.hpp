@@ -3,6 +3,8 @@
 // termination signals forwarded to it, and its ending mapped to an exit status.
 #pragma once
 
+#include <chrono>
+#include <functional>
 #include <string>
 
 #include "api/agent_client/agent_client.hpp"
@@ -24,6 +26,15 @@ struct StreamOptions {
     /// command's process group; the third one kills it.
     int signal_fd = -1;
 };
+
+/// Starts the request to stream (an EXEC or a SESSION_RUN) with the given callbacks.
+using StartRequest = std::function<agent::RequestId(agent::OutputCallbacks)>;
+
+/// Streams the request `start` makes, as described above (stdin only if the request
+/// was started with stdin_stream). Returns what exec_streaming does; `timeout` is
+/// only for the message.
+int stream_request(agent::AgentClient& client, const StartRequest& start, bool forward_stdin,
+                   std::chrono::milliseconds timeout, int signal_fd);
 
 /// Runs `command` on `client` and streams it as described above. Returns the exit
 /// status for this process: the command's exit code, 128+N when a signal N killed it,

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -379,7 +380,10 @@ int run_vmm(const VmmOptions& options) {
         log_line(e.what());
         pipe.error(e.what(), vm_paths(options.id).console_log());
     }
-    if (is_vm_id(options.id)) remove_vm_dir(vm_paths(options.id));
+    // NANOVM_KEEP_STATE=1 keeps the directory (console.log, vmm.log) for a post-mortem;
+    // it counts as stale from now on and the next start/run/list removes it.
+    const char* keep = std::getenv("NANOVM_KEEP_STATE");
+    if (is_vm_id(options.id) && !(keep && std::string_view(keep) == "1")) remove_vm_dir(vm_paths(options.id));
     return status;
 }
 
