@@ -2,10 +2,14 @@
 #include <CLI/CLI.hpp>
 
 #include <exception>
+#include <string_view>
 
 #include "api/boot_command.hpp"
 #include "api/doctor_command.hpp"
 #include "api/exit_status.hpp"
+#include "api/run_command.hpp"
+#include "api/vm/exec_stream.hpp"
+#include "api/vm_command.hpp"
 #include "vmm/error.hpp"
 #include "vmm/log.hpp"
 
@@ -74,12 +78,22 @@ int main(int argc, char** argv) {
         CLI::App* doctor = app.add_subcommand("doctor", "Report what this host offers nanovm and what is built");
         doctor->add_flag("--json", doctor_json, "One JSON object instead of a table");
 
+        RunOptions run_options;
+        CLI::App* run = add_run_command(app, run_options);
+        VmCommandOptions vm_options;
+        const VmCommands vm_commands = add_vm_commands(app, vm_options);
+
         try {
             app.parse(argc, argv);
         } catch (const CLI::ParseError& e) {
             const int code = app.exit(e);  // prints help or the error
-            return code == 0 ? 0 : exit_status::kUsage;
+            if (code == 0) return 0;
+            // `run` keeps 0-124 for the command's own statuses (api/vm/exec_stream.hpp).
+            const bool run_usage = argc > 1 && (std::string_view(argv[1]) == "run");
+            return run_usage ? vm::kExecNanovmError : exit_status::kUsage;
         }
+        if (*run) return run_run(run_options);
+        if (*vm_commands.vm || *vm_commands.vmm) return run_vm_command(vm_commands, vm_options);
         if (*boot) {
             try {
                 if (!root_spec.empty()) {

@@ -33,6 +33,18 @@ std::optional<bool> parse_bool(std::string_view v) {
     return std::nullopt;
 }
 
+// "tmpfs", or "/dev/" followed by a name of [A-Za-z0-9_./-] without "..".
+bool valid_overlay_value(std::string_view v) {
+    if (v == kOverlayTmpfs) return true;
+    constexpr std::string_view kDev = "/dev/";
+    if (v.size() <= kDev.size() || v.size() > 64 || v.substr(0, kDev.size()) != kDev) return false;
+    if (v.find("..") != std::string_view::npos) return false;
+    return std::all_of(v.begin(), v.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '/' || c == '-' ||
+               c == '_' || c == '.';
+    });
+}
+
 }  // namespace
 
 std::vector<KernelParam> split_kernel_params(std::string_view s) {
@@ -123,6 +135,13 @@ BootConfig parse_boot_config(std::string_view cmdline) {
                 }
             }
             agent_port = port;
+        } else if (name == "overlay") {
+            if (!p.value || !valid_overlay_value(*p.value)) {
+                config.errors.push_back("nanovm.overlay: want tmpfs or a /dev/ path, got \"" + p.value.value_or("") +
+                                        "\"");
+                continue;
+            }
+            config.overlay = *p.value;
         } else {
             config.warnings.push_back("unknown kernel parameter " + p.key + " (ignored)");
         }

@@ -14,6 +14,11 @@
 //   nanovm.agent[=<port>]         serve the guest agent (agent/server.hpp) on vsock
 //                                 <port> (default 1024, proto::kAgentVsockPort) until
 //                                 a power-off or reboot request.
+//   nanovm.overlay=<device>|tmpfs make / writable before anything else runs: an
+//                                 overlayfs whose lower layer is the (read-only)
+//                                 root disk and whose upper layer is on the ext4
+//                                 disk <device> (a /dev/ path, e.g. /dev/vdb) or in
+//                                 RAM (tmpfs). Independent of the mode.
 // until_ready wins over exec, exec over agent. None: an interactive /bin/sh on the
 // console.
 // Unknown nanovm.* keys are warnings (a newer host may pass keys an older guest does
@@ -58,9 +63,14 @@ struct BootConfig {
     BootMode mode = BootMode::kShell;
     std::string exec_command;           ///< set when mode == kExec
     uint32_t agent_port = 1024;         ///< vsock port when mode == kAgent
+    /// nanovm.overlay: "" (none), "tmpfs", or a device path under /dev/.
+    std::string overlay;
     std::vector<std::string> warnings;  ///< e.g. unknown keys; boot goes on
     std::vector<std::string> errors;    ///< bad values; guest-init powers off
 };
+
+/// The value nanovm.overlay= takes for an upper layer in RAM.
+inline constexpr const char* kOverlayTmpfs = "tmpfs";
 
 /// Reads the nanovm.* keys of `cmdline`; other parameters are ignored.
 BootConfig parse_boot_config(std::string_view cmdline);

@@ -1,8 +1,8 @@
 // guest-init: PID 1 of the nanovm guest.
 //
-// Mounts the early filesystems, sets the hostname, brings loopback up, prints the
-// ready line (ready_line.hpp), then does what the kernel command line asks
-// (cmdline.hpp): power off at once, run one shell command, serve the guest agent
+// Mounts the early filesystems, sets the hostname, brings loopback up, switches to a
+// writable overlay root if asked (overlay_root.hpp), prints the ready line
+// (ready_line.hpp), then does what the kernel command line asks (cmdline.hpp): power off at once, run one shell command, serve the guest agent
 // (agent/supervisor.hpp), or run an interactive shell, and powers the VM off when
 // that ends (power.hpp). It reaps every zombie all along, and never exits: PID 1
 // exiting panics the kernel.
@@ -19,6 +19,7 @@
 #include "guest-init/console.hpp"
 #include "guest-init/mounts.hpp"
 #include "guest-init/net.hpp"
+#include "guest-init/overlay_root.hpp"
 #include "guest-init/power.hpp"
 #include "guest-init/read_file.hpp"
 #include "guest-init/ready_line.hpp"
@@ -83,6 +84,10 @@ ExitInfo exit_info_from_wait_status(int status) {
     if (!config.errors.empty()) {
         for (const std::string& e : config.errors) log_error(e);
         fatal("bad nanovm.* kernel parameters");
+    }
+    if (!config.overlay.empty()) {
+        if (!switch_to_overlay_root(config.overlay)) fatal("cannot make the writable overlay root");
+        mount_early_filesystems();  // again, in the new root
     }
 
     // In agent mode the agent listens before the ready line: a host that saw the

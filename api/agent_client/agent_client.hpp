@@ -173,6 +173,11 @@ public:
     /// Handles what has arrived, waiting up to `timeout` for something (0: just what
     /// is there). For callers that start() several commands and poll.
     void poll(std::chrono::milliseconds timeout);
+    /// The connection's socket, for callers that wait on it together with other fds
+    /// in poll(2) (POLLIN; POLLOUT too while queued_output() > 0), then call poll(0).
+    int native_handle() const noexcept { return socket_.get(); }
+    /// Bytes queued for the agent that the socket has not taken yet.
+    size_t queued_output() const noexcept { return output_.size(); }
 
     /// Writes a guest file from `source` (called with a buffer and its size; returns
     /// how many bytes it put there, 0 at the end). The file appears whole or not at

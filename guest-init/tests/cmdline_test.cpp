@@ -160,3 +160,23 @@ TEST_CASE("exec and until_ready win over agent, with a warning", "[guest-init][c
     CHECK(exec.warnings[0].find("nanovm.agent") != std::string::npos);
     CHECK(parse_boot_config("nanovm.agent nanovm.until_ready").mode == BootMode::kUntilReady);
 }
+
+TEST_CASE("nanovm.overlay takes tmpfs or a /dev/ path, whatever the mode", "[guest-init][cmdline]") {
+    BootConfig disk = parse_boot_config("root=/dev/vda ro nanovm.overlay=/dev/vdb nanovm.agent");
+    CHECK(disk.errors.empty());
+    CHECK(disk.overlay == "/dev/vdb");
+    CHECK(disk.mode == BootMode::kAgent);
+    CHECK(parse_boot_config("nanovm.overlay=tmpfs").overlay == "tmpfs");
+    CHECK(parse_boot_config("console=ttyS0").overlay.empty());
+}
+
+TEST_CASE("nanovm.overlay with anything else is an error", "[guest-init][cmdline]") {
+    for (const char* line : {"nanovm.overlay", "nanovm.overlay=", "nanovm.overlay=/dev/", "nanovm.overlay=vdb",
+                             "nanovm.overlay=/dev/../etc/x", "nanovm.overlay=/tmp/x", "nanovm.overlay=\"/dev/vd b\"",
+                             "nanovm.overlay=/dev/vdb;rm"}) {
+        INFO(line);
+        BootConfig cfg = parse_boot_config(line);
+        CHECK(cfg.errors.size() == 1);
+        CHECK(cfg.overlay.empty());
+    }
+}

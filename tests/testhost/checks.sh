@@ -99,6 +99,13 @@ else
   not_ok "virtio device checks: root disks not given (tools/rootfs/build --print-path default|tiny)"
 fi
 
+# 8. nanovm run and the vm commands with the guest agent (tests/testhost/agent_checks.sh).
+if [ -n "$default_root" ]; then
+  . "$(dirname "$0")/agent_checks.sh"
+else
+  not_ok "agent checks: the default root disk was not given (tools/rootfs/build --print-path default)"
+fi
+
 # The plan comes last (TAP allows it at the end): every check above counts.
 echo "1..$n"
 [ "$failed" = 0 ]

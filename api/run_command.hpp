@@ -1,0 +1,42 @@
+// `nanovm run [options] -- CMD ARGS...`: a fresh sandbox for one command. Boots the
+// default kernel and root disk (read-only, with a private writable overlay), runs
+// CMD through the guest agent with its output streamed to ours, exits with its
+// status, and stops the VM and removes its state.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "api/vm/launcher.hpp"
+
+namespace nanovm {
+
+/// The options of `nanovm run`.
+struct RunOptions {
+    vm::SandboxSpec spec;
+    uint32_t timeout_s = 0;             ///< kill the command after this long; 0: none
+    bool no_stdin = false;              ///< do not forward stdin (it is /dev/null then)
+    std::string cwd;                    ///< working directory in the guest ("" = /)
+    std::vector<std::string> env;       ///< KEY=VALUE
+    std::vector<std::string> argv;      ///< the command (argv, not a shell line)
+};
+
+/// Registers `run` on `app`, filling `options`.
+CLI::App* add_run_command(CLI::App& app, RunOptions& options);
+
+/// Runs it. Returns the command's exit status, or the codes of api/vm/exec_stream.hpp
+/// (125: nanovm failed, with one line on stderr). Never throws.
+int run_run(const RunOptions& options);
+
+/// The text of `nanovm run --help` and `nanovm vm exec --help` about exit statuses.
+inline constexpr const char* kExecStatusHelp =
+    "Exit status: the command's own; 128+N if signal N killed it; 124 if --timeout killed it;\n"
+    "125 if nanovm failed (bad option, no kernel or root disk, no /dev/kvm, the VM did not boot);\n"
+    "126 if the command could not run (e.g. EACCES); 127 if it was not found.\n"
+    "The command is an argv, not a shell line: use  -- sh -c 'echo $HOME; exit 3'  for one.\n"
+    "Stdin is forwarded unless it is a terminal or --no-stdin is given.";
+
+}  // namespace nanovm

@@ -1,0 +1,245 @@
+// Starting a sandbox's VMM process (see launcher.hpp).
+#include "api/vm/launcher.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "api/boot_command.hpp"
+#include "api/device_options.hpp"
+#include "api/paths.hpp"
+#include "vmm/error.hpp"
+#include "vmm/fd.hpp"
+#include "vmm/kvm_flavour.hpp"
+#include "vmm/log.hpp"
+
+namespace nanovm::vm {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Throws Error("<what> <path>: <reason> (<hint>)") unless `path` is a regular file.
+void require_file(const std::string& path, const std::string& what, const std::string& hint) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+        const int err = errno;
+        throw Error(fmt::format("{} {}: {}{}", what, path, std::strerror(err),
+                                err == ENOENT && !hint.empty() ? " (" + hint + ")" : ""));
+    }
+    if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode))
+        throw Error(fmt::format("{} {}: not a regular file or block device", what, path));
+}
+
+void check_spec(const SandboxSpec& spec, const std::string& image) {
+    if (spec.cpus < kMinCpus || spec.cpus > kMaxCpus)
+        throw Error(fmt::format("--cpus {}: must be {} to {}", spec.cpus, kMinCpus, kMaxCpus));
+    if (spec.memory_mib < kMinMemoryMib || spec.memory_mib > kMaxMemoryMib)
+        throw Error(fmt::format("--memory {}: must be {} to {} MiB", spec.memory_mib, kMinMemoryMib, kMaxMemoryMib));
+    require_file(default_kernel_path(), "guest kernel",
+                 fmt::format("not built: run {}", kBuildKernelCommand));
+    require_file(image, spec.image.empty() ? "default root disk" : "--image",
+                 spec.image.empty() ? "not built: run tools/rootfs/build" : "");
+    for (const std::string& s : spec.disks) require_file(parse_disk_option(s).path, "--disk", "");
+    const KvmHostInfo host = detect_kvm_host();
+    if (!host.dev_kvm_exists)
+        throw Error(
+            "/dev/kvm does not exist: this machine has no KVM (it needs kvm_intel or kvm_amd); "
+            "run nanovm inside the test host instead: tools/testhost/run -- build/nanovm ...");
+    if (host.flavour == KvmFlavour::pvm) throw Error(std::string(kPvmBootRefusal));
+}
+
+std::string self_executable() {
+    std::error_code ec;
+    const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (ec) throw Error("cannot find the nanovm binary (/proc/self/exe): " + ec.message());
+    return exe.string();
+}
+
+std::vector<std::string> file_tail(const std::string& path, size_t lines) {
+    std::ifstream in(path);
+    std::deque<std::string> tail;
+    for (std::string line; std::getline(in, line);) {
+        tail.push_back(line);
+        if (tail.size() > lines) tail.pop_front();
+    }
+    return {tail.begin(), tail.end()};
+}
+
+// The child side of fork(): never returns.
+[[noreturn]] void exec_vmm(const std::string& exe, const std::vector<std::string>& args, const VmPaths& paths,
+                           int lock_fd, int ready_fd, bool attached, pid_t parent) {
+    ::setsid();
+    if (attached) {
+        ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (::getppid() != parent) ::_exit(1);  // the parent died before prctl
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::signal(SIGPIPE, SIG_DFL);
+    const int null_fd = ::open("/dev/null", O_RDONLY);
+    const int log_fd = ::open(paths.vmm_log().c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+    if (null_fd >= 0) ::dup2(null_fd, STDIN_FILENO);
+    if (log_fd >= 0) {
+        ::dup2(log_fd, STDOUT_FILENO);
+        ::dup2(log_fd, STDERR_FILENO);
+    }
+    ::fcntl(lock_fd, F_SETFD, 0);
+    ::fcntl(ready_fd, F_SETFD, 0);
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(exe.c_str(), argv.data());
+    const std::string message = fmt::format("error exec {}: {}\n", exe, std::strerror(errno));
+    [[maybe_unused]] const ssize_t n = ::write(ready_fd, message.data(), message.size());
+    ::_exit(127);
+}
+
+// Why the VMM did not become ready: its error line, else the end of its log.
+[[noreturn]] void fail_start(const StartedVm& vm, std::string error, const std::vector<std::string>& console) {
+    const std::vector<std::string> vmm_log = file_tail(vm.paths.vmm_log(), 5);
+    reap_vmm(vm.pid, std::chrono::seconds(10));
+    remove_if_dead(vm.paths);
+    for (const std::string& line : console) log_line("guest console: " + line);
+    if (error.empty()) {
+        error = "the VMM process exited without starting the VM";
+        if (!vmm_log.empty()) error += ": " + vmm_log.back();
+    }
+    throw Error(error);
+}
+
+}  // namespace
+
+std::string default_root_image() { return cache_dir() + "/rootfs/default/disk.ext4"; }
+
+StartedVm start_vm(const SandboxSpec& spec, bool attached, int signal_fd) {
+    const std::string image = spec.image.empty() ? default_root_image() : spec.image;
+    check_spec(spec, image);
+    const std::string exe = self_executable();
+    clean_stale_vm_dirs();
+    NewVmDir dir = create_vm_dir();
+
+    int pipe_fds[2];
+    if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
+        remove_vm_dir(dir.paths);
+        throw_errno("pipe2");
+    }
+    Fd ready_read(pipe_fds[0]), ready_write(pipe_fds[1]);
+    std::vector<std::string> args = {exe,
+                                     "_vmm",
+                                     "--id",
+                                     dir.paths.id,
+                                     "--lock-fd",
+                                     std::to_string(dir.lock.get()),
+                                     "--ready-fd",
+                                     std::to_string(ready_write.get()),
+                                     "--cpus",
+                                     std::to_string(spec.cpus),
+                                     "--memory",
+                                     std::to_string(spec.memory_mib),
+                                     "--image",
+                                     image,
+                                     "--boot-timeout-ms",
+                                     std::to_string(spec.boot_timeout.count())};
+    for (const std::string& d : spec.disks) {
+        args.push_back("--disk");
+        args.push_back(d);
+    }
+    const pid_t parent = ::getpid();
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+        const int err = errno;
+        remove_vm_dir(dir.paths);
+        throw SysError("fork", err);
+    }
+    if (pid == 0) exec_vmm(exe, args, dir.paths, dir.lock.get(), ready_write.get(), attached, parent);
+    // The VMM holds the lock now (same open file description): ours can go.
+    dir.lock.reset();
+    ready_write.reset();
+    const StartedVm vm{dir.paths, pid};
+
+    // Wait for "ready", or "error ..." (+ "console ..." lines), or EOF.
+    const auto deadline = Clock::now() + spec.boot_timeout + std::chrono::seconds(30);
+    std::string buffer, error;
+    std::vector<std::string> console;
+    for (;;) {
+        size_t newline;
+        while ((newline = buffer.find('\n')) != std::string::npos) {
+            const std::string line = buffer.substr(0, newline);
+            buffer.erase(0, newline + 1);
+            if (line == "ready") return vm;
+            if (line.rfind("error ", 0) == 0) error = line.substr(6);
+            if (line.rfind("console ", 0) == 0) console.push_back(line.substr(8));
+        }
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+        if (left <= 0) {
+            ::kill(pid, SIGTERM);
+            fail_start(vm, fmt::format("the VM did not start within {} s", (spec.boot_timeout.count() + 30000) / 1000),
+                       file_tail(vm.paths.console_log(), 25));
+        }
+        pollfd fds[2] = {{ready_read.get(), POLLIN, 0}, {signal_fd, POLLIN, 0}};
+        const int n = ::poll(fds, signal_fd >= 0 ? 2 : 1, static_cast<int>(left));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) throw_errno("poll");
+        if (signal_fd >= 0 && (fds[1].revents & POLLIN)) {
+            signalfd_siginfo info{};
+            if (::read(signal_fd, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
+                ::kill(pid, SIGTERM);
+                reap_vmm(pid, std::chrono::seconds(10));
+                remove_if_dead(vm.paths);
+                throw Interrupted{static_cast<int>(info.ssi_signo)};
+            }
+        }
+        if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+            char buf[4096];
+            const ssize_t got = ::read(ready_read.get(), buf, sizeof(buf));
+            if (got < 0 && errno == EINTR) continue;
+            if (got <= 0) fail_start(vm, error, console);
+            buffer.append(buf, static_cast<size_t>(got));
+            if (buffer.size() > (1u << 20)) fail_start(vm, "the VMM's readiness messages are too long", console);
+        }
+    }
+}
+
+int reap_vmm(pid_t pid, std::chrono::milliseconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    int status = 0;
+    for (;;) {
+        const pid_t r = ::waitpid(pid, &status, WNOHANG);
+        if (r == pid) return status;
+        if (r < 0 && errno != EINTR) return 0;  // not our child (or already reaped)
+        if (Clock::now() >= deadline) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    log_line(fmt::format("the VMM (pid {}) did not exit in {} ms: killing it", pid, timeout.count()));
+    ::kill(pid, SIGKILL);
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return status;
+}
+
+bool wait_vmm_gone(const VmPaths& paths, std::chrono::milliseconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    while (vmm_alive(paths)) {
+        if (Clock::now() >= deadline) return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return true;
+}
+
+}  // namespace nanovm::vm

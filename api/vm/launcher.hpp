@@ -1,0 +1,59 @@
+// Starting a sandbox's VMM process (api/vm/vmm_process.hpp) from the CLI: checks
+// what can be checked before forking (shape, kernel, root image, /dev/kvm) so that
+// the common mistakes are one clear line, creates the VM's state directory, forks
+// and re-executes this nanovm binary as the hidden `nanovm _vmm`, and waits until
+// the guest agent answers.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "api/vm/state_dir.hpp"
+
+namespace nanovm::vm {
+
+/// What a sandbox is started with.
+struct SandboxSpec {
+    uint32_t cpus = 2;          ///< 1..4
+    uint32_t memory_mib = 1024;  ///< 128..8192
+    std::string image;           ///< root disk image; empty: default_root_image()
+    std::vector<std::string> disks;  ///< extra disks: PATH[,ro][,serial=ID]
+    std::chrono::milliseconds boot_timeout{std::chrono::seconds(60)};
+};
+
+/// <cache_dir()>/rootfs/default/disk.ext4, the image tools/rootfs/build makes.
+std::string default_root_image();
+
+/// A started VMM.
+struct StartedVm {
+    VmPaths paths;
+    pid_t pid = -1;
+};
+
+/// Starts a VMM for a new VM and returns once its agent answers. With `attached`
+/// the VMM gets SIGTERM when this process dies (nanovm run); otherwise it lives on
+/// by itself (nanovm vm start). Either way it runs in its own session, so a Ctrl-C
+/// on this terminal does not reach it. A termination signal that arrives on
+/// `signal_fd` (a signalfd, or -1) meanwhile stops the VMM and throws
+/// Interrupted. Throws Error with one line (a bad shape, no kernel, no image, no
+/// /dev/kvm, or why the VM failed to boot, after printing the guest console's last
+/// lines to stderr).
+StartedVm start_vm(const SandboxSpec& spec, bool attached, int signal_fd = -1);
+
+/// A termination signal arrived while waiting.
+struct Interrupted {
+    int signal;
+};
+
+/// Waits up to `timeout` for the VMM with `pid` (a child of this process) to exit,
+/// then SIGKILLs it. Returns its wait status.
+int reap_vmm(pid_t pid, std::chrono::milliseconds timeout);
+
+/// Waits up to `timeout` until no VMM holds the lock of `paths` (polls every 10 ms).
+bool wait_vmm_gone(const VmPaths& paths, std::chrono::milliseconds timeout);
+
+}  // namespace nanovm::vm

@@ -1,0 +1,235 @@
+// VM state directories (see state_dir.hpp).
+#include "api/vm/state_dir.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "api/paths.hpp"
+#include "api/vm/vm_id.hpp"
+#include "vmm/error.hpp"
+
+namespace nanovm::vm {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr std::string_view kNewPrefix = ".new-";
+constexpr auto kLeftoverAge = std::chrono::minutes(10);
+
+std::string env(const char* name) {
+    const char* value = std::getenv(name);
+    return value ? value : "";
+}
+
+// mkdir -p with `mode` for the directories it creates. Throws Error.
+void make_dirs(const std::string& path, mode_t mode) {
+    std::error_code ec;
+    fs::create_directories(path, ec);
+    if (ec) throw Error(fmt::format("run directory {}: {}", path, ec.message()));
+    ::chmod(path.c_str(), mode);  // best effort: an existing shared dir keeps its mode
+}
+
+// Tries to take `fd`'s flock without waiting. Throws SysError for errors other than
+// "held by someone else".
+bool try_lock(int fd, int operation) {
+    for (;;) {
+        if (::flock(fd, operation | LOCK_NB) == 0) return true;
+        if (errno == EINTR) continue;
+        if (errno == EWOULDBLOCK) return false;
+        throw_errno("flock");
+    }
+}
+
+}  // namespace
+
+std::string run_dir() {
+    if (std::string dir = env("NANOVM_RUN_DIR"); !dir.empty()) return dir;
+    if (std::string xdg = env("XDG_RUNTIME_DIR"); !xdg.empty()) return xdg + "/nanovm";
+    return cache_dir() + "/run";
+}
+
+std::string vms_dir() { return run_dir() + "/vms"; }
+
+VmPaths vm_paths(const std::string& id) { return VmPaths{id, vms_dir() + "/" + id}; }
+
+std::string to_json(const VmInfo& info) {
+    return json{{"id", info.id},
+                {"pid", info.pid},
+                {"cpus", info.cpus},
+                {"memory_mib", info.memory_mib},
+                {"created_unix_ms", info.created_unix_ms},
+                {"image", info.image}}
+        .dump();
+}
+
+VmInfo parse_vm_info(std::string_view text) {
+    json j;
+    try {
+        j = json::parse(text);
+    } catch (const json::exception&) {
+        throw Error("vm.json: not JSON");
+    }
+    if (!j.is_object()) throw Error("vm.json: not a JSON object");
+    VmInfo info;
+    const auto field = [&j](const char* key, auto& out) {
+        auto it = j.find(key);
+        if (it == j.end()) throw Error(fmt::format("vm.json: no \"{}\"", key));
+        try {
+            it->get_to(out);
+        } catch (const json::exception&) {
+            throw Error(fmt::format("vm.json: \"{}\" has the wrong type", key));
+        }
+    };
+    field("id", info.id);
+    field("pid", info.pid);
+    field("cpus", info.cpus);
+    field("memory_mib", info.memory_mib);
+    field("created_unix_ms", info.created_unix_ms);
+    field("image", info.image);
+    if (!is_vm_id(info.id)) throw Error("vm.json: \"id\" is not a VM id");
+    if (info.pid <= 0) throw Error("vm.json: \"pid\" is not a process id");
+    return info;
+}
+
+void write_vm_info(const std::string& path, const VmInfo& info) {
+    const std::string tmp = path + ".tmp";
+    const std::string text = to_json(info) + "\n";
+    {
+        Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+        if (!fd) throw_errno("open " + tmp);
+        size_t done = 0;
+        while (done < text.size()) {
+            const ssize_t n = ::write(fd.get(), text.data() + done, text.size() - done);
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0) throw_errno("write " + tmp);
+            done += static_cast<size_t>(n);
+        }
+    }
+    if (::rename(tmp.c_str(), path.c_str()) != 0) throw_errno("rename " + tmp);
+}
+
+VmInfo read_vm_info(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) throw SysError("open " + path, errno ? errno : ENOENT);
+    std::stringstream text;
+    text << in.rdbuf();
+    return parse_vm_info(text.str());
+}
+
+NewVmDir create_vm_dir() {
+    const std::string root = vms_dir();
+    // The longest socket path: the vsock device's guest-initiated listeners are
+    // <vsock.sock>_<port> (up to 10 digits).
+    const size_t longest = root.size() + 1 + kVmIdLength + std::string("/vsock.sock_4294967295").size();
+    if (longest >= sizeof(sockaddr_un{}.sun_path))
+        throw Error(fmt::format("run directory {}: too long for the VM's Unix socket paths (at most {} characters "
+                                "fit); set NANOVM_RUN_DIR to a shorter path",
+                                run_dir(), sizeof(sockaddr_un{}.sun_path) - 1 - (longest - root.size())));
+    make_dirs(root, 0700);
+    for (int attempt = 0; attempt < 16; ++attempt) {
+        const std::string id = new_vm_id();
+        const std::string hidden = root + "/" + std::string(kNewPrefix) + id;
+        if (::mkdir(hidden.c_str(), 0700) != 0) {
+            if (errno == EEXIST) continue;
+            throw Error(fmt::format("mkdir {}: {}", hidden, std::strerror(errno)));
+        }
+        VmPaths paths{id, hidden};
+        Fd lock(::open(paths.lock_file().c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+        if (!lock) throw_errno("open " + paths.lock_file());
+        if (::flock(lock.get(), LOCK_EX) != 0) throw_errno("flock " + paths.lock_file());
+        const VmPaths final_paths = vm_paths(id);
+        if (::rename(hidden.c_str(), final_paths.dir.c_str()) != 0) {
+            const int err = errno;
+            remove_vm_dir(paths);
+            if (err == EEXIST || err == ENOTEMPTY) continue;
+            throw SysError("rename " + hidden, err);
+        }
+        return NewVmDir{final_paths, std::move(lock)};
+    }
+    throw Error("could not pick an unused VM id in 16 tries");
+}
+
+bool vmm_alive(const VmPaths& paths) {
+    Fd fd(::open(paths.lock_file().c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) return false;
+    return !try_lock(fd.get(), LOCK_SH);
+}
+
+std::vector<VmPaths> list_vm_dirs() {
+    std::vector<VmPaths> out;
+    std::error_code ec;
+    for (fs::directory_iterator it(vms_dir(), ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        if (is_vm_id(name) && it->is_directory(ec)) out.push_back(vm_paths(name));
+    }
+    std::sort(out.begin(), out.end(), [](const VmPaths& a, const VmPaths& b) { return a.id < b.id; });
+    return out;
+}
+
+VmPaths find_vm(std::string_view text) {
+    if (!is_vm_id_prefix(text))
+        throw Error(fmt::format("{}: not a VM id ({} hex digits, or a unique prefix)", text, kVmIdLength));
+    std::vector<VmPaths> matches;
+    for (VmPaths& p : list_vm_dirs()) {
+        if (p.id.compare(0, text.size(), text) == 0) matches.push_back(std::move(p));
+    }
+    if (matches.empty()) throw Error(fmt::format("no VM {} (nanovm vm list shows the VMs)", text));
+    if (matches.size() > 1) {
+        std::string ids;
+        for (const VmPaths& p : matches) ids += (ids.empty() ? "" : ", ") + p.id;
+        throw Error(fmt::format("{}: ambiguous: matches {}", text, ids));
+    }
+    return matches.front();
+}
+
+void remove_vm_dir(const VmPaths& paths) noexcept {
+    std::error_code ec;
+    fs::remove_all(paths.dir, ec);
+}
+
+bool remove_if_dead(const VmPaths& paths) {
+    Fd fd(::open(paths.lock_file().c_str(), O_RDONLY | O_CLOEXEC));
+    if (fd && !try_lock(fd.get(), LOCK_EX)) return false;
+    // No lock file: a directory made by hand or half removed; it has no VMM either.
+    remove_vm_dir(paths);
+    return true;
+}
+
+std::vector<std::string> clean_stale_vm_dirs() {
+    std::vector<std::string> removed;
+    for (const VmPaths& p : list_vm_dirs()) {
+        if (remove_if_dead(p)) removed.push_back(p.id);
+    }
+    std::error_code ec;
+    const auto now = fs::file_time_type::clock::now();
+    for (fs::directory_iterator it(vms_dir(), ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        if (name.compare(0, kNewPrefix.size(), kNewPrefix) != 0) continue;
+        std::error_code time_ec;
+        const auto mtime = fs::last_write_time(it->path(), time_ec);
+        if (!time_ec && now - mtime > kLeftoverAge) {
+            std::error_code rm_ec;
+            fs::remove_all(it->path(), rm_ec);
+        }
+    }
+    return removed;
+}
+
+}  // namespace nanovm::vm

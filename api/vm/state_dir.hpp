@@ -1,0 +1,107 @@
+// Where a running VM keeps its files: one state directory per VM,
+//
+//   <run_dir>/vms/<id>/
+//     vmm.lock      flock(2)ed by the VMM process for its whole life: "alive" means
+//                   "someone holds this lock" (no pid to go stale or be reused)
+//     vm.json       what the VMM wrote at start (VmInfo: pid, shape, image)
+//     control.sock  the VMM's control socket (api/vm/control_protocol.hpp)
+//     vsock.sock    the host side of the VM's virtio-vsock (the agent: port 1024)
+//     console.log   the guest's serial console
+//     vmm.log       the VMM process's own messages (its stderr)
+//     disk.ext4     the VM's 16 GiB sparse writable disk (the overlay's upper layer)
+//
+// The VMM removes its directory when it ends; a directory whose lock nobody holds
+// was left by a VMM that died, and is removed by clean_stale_vm_dirs() (nanovm vm
+// start, run and list call it).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "vmm/fd.hpp"
+
+namespace nanovm::vm {
+
+/// The run directory: $NANOVM_RUN_DIR, else $XDG_RUNTIME_DIR/nanovm, else
+/// <cache_dir()>/run (api/paths.hpp).
+std::string run_dir();
+
+/// <run_dir>/vms: one directory per VM.
+std::string vms_dir();
+
+/// The files of one VM's state directory.
+struct VmPaths {
+    std::string id;
+    std::string dir;
+
+    std::string lock_file() const { return dir + "/vmm.lock"; }
+    std::string info_file() const { return dir + "/vm.json"; }
+    std::string control_socket() const { return dir + "/control.sock"; }
+    std::string vsock_socket() const { return dir + "/vsock.sock"; }
+    std::string console_log() const { return dir + "/console.log"; }
+    std::string vmm_log() const { return dir + "/vmm.log"; }
+    std::string disk() const { return dir + "/disk.ext4"; }
+};
+
+/// The paths of VM `id` under vms_dir() (no check that it exists).
+VmPaths vm_paths(const std::string& id);
+
+/// What the VMM records about itself in vm.json when it starts.
+struct VmInfo {
+    std::string id;
+    int64_t pid = 0;
+    uint32_t cpus = 0;
+    uint32_t memory_mib = 0;
+    int64_t created_unix_ms = 0;  ///< wall clock, ms since the epoch
+    std::string image;            ///< the root disk image (read-only, shared)
+
+    bool operator==(const VmInfo&) const = default;
+};
+
+/// vm.json's text (one JSON object).
+std::string to_json(const VmInfo& info);
+/// Parses vm.json. Throws Error("vm.json: <what is wrong>") for anything malformed.
+VmInfo parse_vm_info(std::string_view text);
+/// Writes `info` to `path` atomically (temp file + rename). Throws SysError.
+void write_vm_info(const std::string& path, const VmInfo& info);
+/// Reads and parses `path`. Throws SysError (e.g. ENOENT) or Error.
+VmInfo read_vm_info(const std::string& path);
+
+/// A new VM's state directory, already locked.
+struct NewVmDir {
+    VmPaths paths;
+    Fd lock;  ///< holds vmm.lock (flock LOCK_EX); the VMM process inherits it
+};
+
+/// Creates <vms_dir>/<fresh id>/ (mode 0700, parents as needed) with its lock held:
+/// made as a hidden ".new-<id>" directory, locked, then renamed into place, so no
+/// other nanovm ever sees it unlocked. Throws Error when the run directory cannot be
+/// made or its socket paths would not fit a sockaddr_un (set NANOVM_RUN_DIR shorter).
+NewVmDir create_vm_dir();
+
+/// True while a VMM holds the VM's lock. False when the lock file is missing.
+bool vmm_alive(const VmPaths& paths);
+
+/// The VM directories under vms_dir(), sorted by id (names that are not ids are
+/// skipped). Empty when there is no run directory yet.
+std::vector<VmPaths> list_vm_dirs();
+
+/// Resolves what a user typed: a full id or a unique prefix of one. Throws Error
+/// with one line: "NOT-AN-ID: not a VM id (12 hex digits, or a unique prefix)",
+/// "no VM abc (nanovm vm list shows the VMs)", "ab: ambiguous: ab12..., ab34...".
+VmPaths find_vm(std::string_view text);
+
+/// Removes a VM directory and everything in it. Never throws.
+void remove_vm_dir(const VmPaths& paths) noexcept;
+
+/// Removes the directory of VM `paths` if no VMM holds its lock (taking the lock
+/// first, so a live VM is never touched). Returns true if it removed it.
+bool remove_if_dead(const VmPaths& paths);
+
+/// Removes every dead VM's directory and hidden ".new-*" leftovers older than 10
+/// minutes (a nanovm killed while creating one). Returns the ids removed.
+std::vector<std::string> clean_stale_vm_dirs();
+
+}  // namespace nanovm::vm

@@ -1,0 +1,390 @@
+// The VMM process of one sandbox (see vmm_process.hpp).
+#include "api/vm/vmm_process.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "api/agent_client/agent_client.hpp"
+#include "api/device_options.hpp"
+#include "api/host_console.hpp"
+#include "api/linux_vm.hpp"
+#include "api/vm/control_server.hpp"
+#include "api/vm/scratch_disk.hpp"
+#include "api/vm/state_dir.hpp"
+#include "api/vm/vm_id.hpp"
+#include "vmm/error.hpp"
+#include "vmm/fd.hpp"
+#include "vmm/log.hpp"
+
+namespace nanovm::vm {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+enum class VmState { booting, running, paused, stopping };
+
+const char* to_string(VmState s) {
+    switch (s) {
+        case VmState::booting: return "booting";
+        case VmState::running: return "running";
+        case VmState::paused: return "paused";
+        case VmState::stopping: return "stopping";
+    }
+    return "unknown";
+}
+
+int64_t micros_since(Clock::time_point t0) {
+    return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
+}
+
+// The readiness pipe: one line each, the first "ready" or "error" wins.
+class ReadyPipe {
+public:
+    explicit ReadyPipe(int fd) : fd_(fd) {}
+    void ready() { finish("ready\n"); }
+    void error(const std::string& message, const std::string& console_log) {
+        std::string text = "error " + one_line(message) + "\n";
+        for (const std::string& line : console_tail(console_log, 25)) text += "console " + one_line(line) + "\n";
+        finish(text);
+    }
+    bool finished() {
+        std::lock_guard lock(mutex_);
+        return done_;
+    }
+
+private:
+    static std::string one_line(std::string s) {
+        for (char& c : s) {
+            if (c == '\n' || c == '\r') c = ' ';
+        }
+        return s;
+    }
+    static std::vector<std::string> console_tail(const std::string& path, size_t lines) {
+        std::ifstream in(path);
+        std::deque<std::string> tail;
+        for (std::string line; std::getline(in, line);) {
+            tail.push_back(line.substr(0, 300));
+            if (tail.size() > lines) tail.pop_front();
+        }
+        return {tail.begin(), tail.end()};
+    }
+    void finish(const std::string& text) {
+        std::lock_guard lock(mutex_);
+        if (done_) return;
+        done_ = true;
+        if (fd_.valid()) {
+            size_t off = 0;
+            while (off < text.size()) {
+                const ssize_t n = ::write(fd_.get(), text.data() + off, text.size() - off);
+                if (n < 0 && errno == EINTR) continue;
+                if (n <= 0) break;
+                off += static_cast<size_t>(n);
+            }
+        }
+        fd_.reset();
+    }
+
+    std::mutex mutex_;
+    Fd fd_;
+    bool done_ = false;
+};
+
+// The VM's lifecycle state, shared by the control handlers, the readiness watcher,
+// the stopper and the main thread.
+class Lifecycle {
+public:
+    VmState state() {
+        std::lock_guard lock(mutex_);
+        return state_;
+    }
+    // Sets `to` if the state is `from`; returns whether it did.
+    bool transition(VmState from, VmState to) {
+        std::lock_guard lock(mutex_);
+        if (state_ != from) return false;
+        state_ = to;
+        return true;
+    }
+    // Enters stopping from any state; returns the state before.
+    VmState begin_stop() {
+        std::lock_guard lock(mutex_);
+        return std::exchange(state_, VmState::stopping);
+    }
+    void mark_ended() {
+        {
+            std::lock_guard lock(mutex_);
+            ended_ = true;
+        }
+        cv_.notify_all();
+    }
+    // Waits until the guest ended or `timeout` passed; true if it ended.
+    bool wait_ended(std::chrono::milliseconds timeout) {
+        std::unique_lock lock(mutex_);
+        return cv_.wait_for(lock, timeout, [this] { return ended_; });
+    }
+    bool ended() {
+        std::lock_guard lock(mutex_);
+        return ended_;
+    }
+
+private:
+    std::mutex mutex_;
+    std::condition_variable cv_;
+    VmState state_ = VmState::booting;
+    bool ended_ = false;
+};
+
+agent::Endpoint agent_endpoint(const VmPaths& paths) {
+    return agent::Endpoint::vsock(paths.vsock_socket(), agent::proto::kAgentVsockPort);
+}
+
+// Waits until the guest agent answers a PING, then reports ready; or reports the
+// failure and stops the VM when boot_timeout passes first.
+void watch_readiness(const VmPaths& paths, std::chrono::milliseconds boot_timeout, Lifecycle& life, ReadyPipe& pipe,
+                     Machine& machine) {
+    const auto deadline = Clock::now() + boot_timeout;
+    std::string last_error = "no attempt";
+    while (!life.ended() && Clock::now() < deadline) {
+        try {
+            agent::AgentClient client = agent::AgentClient::connect(agent_endpoint(paths), std::chrono::seconds(2));
+            client.ping();
+            if (life.transition(VmState::booting, VmState::running)) pipe.ready();
+            return;
+        } catch (const std::exception& e) {
+            last_error = e.what();
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (life.ended()) return;
+    pipe.error(fmt::format("the guest agent did not answer within {} s (last attempt: {})",
+                           boot_timeout.count() / 1000, last_error),
+               paths.console_log());
+    life.begin_stop();
+    machine.request_stop("the guest agent did not answer in time");
+}
+
+// SIGINT, SIGTERM, SIGHUP stop the VM at once.
+class SignalWatcher {
+public:
+    SignalWatcher(int signal_fd, Machine& machine, Lifecycle& life)
+        : wake_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+        if (!wake_) throw_errno("eventfd");
+        thread_ = std::thread([this, signal_fd, &machine, &life] {
+            pollfd fds[2] = {{signal_fd, POLLIN, 0}, {wake_.get(), POLLIN, 0}};
+            for (;;) {
+                if (::poll(fds, 2, -1) < 0) {
+                    if (errno == EINTR) continue;
+                    return;
+                }
+                if (fds[1].revents) return;
+                signalfd_siginfo info{};
+                if (::read(signal_fd, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
+                    life.begin_stop();
+                    machine.request_stop(fmt::format("{}", ::strsignal(static_cast<int>(info.ssi_signo))));
+                }
+            }
+        });
+    }
+    ~SignalWatcher() {
+        const uint64_t one = 1;
+        [[maybe_unused]] const ssize_t n = ::write(wake_.get(), &one, sizeof(one));
+        thread_.join();
+    }
+
+private:
+    Fd wake_;
+    std::thread thread_;
+};
+
+// The control commands of one VM.
+class ControlCommands {
+public:
+    ControlCommands(const VmmOptions& options, const VmPaths& paths, Machine& machine, Lifecycle& life)
+        : options_(options), paths_(paths), machine_(machine), life_(life), started_(Clock::now()) {}
+    ~ControlCommands() {
+        if (stopper_.joinable()) stopper_.join();
+    }
+
+    void install(ControlServer& server) {
+        server.add_command("status", [this](const ControlRequest&) { return status(); });
+        server.add_command("pause", [this](const ControlRequest&) { return pause(); });
+        server.add_command("resume", [this](const ControlRequest&) { return resume(); });
+        server.add_command("stop", [this](const ControlRequest& r) { return stop(r.body); });
+    }
+
+private:
+    json status() {
+        return json{{"id", options_.id},
+                    {"pid", ::getpid()},
+                    {"state", to_string(life_.state())},
+                    {"cpus", options_.cpus},
+                    {"memory_mib", options_.memory_mib},
+                    {"uptime_ms", micros_since(started_) / 1000},
+                    {"image", options_.image},
+                    {"vsock_socket", paths_.vsock_socket()},
+                    {"console_log", paths_.console_log()}};
+    }
+
+    json pause() {
+        const VmState now = life_.state();
+        if (now == VmState::paused) return json{{"state", "paused"}, {"pause_us", 0}};
+        if (now != VmState::running)
+            throw ControlCommandError(fmt::format("cannot pause: the VM is {}", to_string(now)));
+        const auto t0 = Clock::now();
+        machine_.pause();
+        const int64_t us = micros_since(t0);
+        if (!life_.transition(VmState::running, VmState::paused)) {
+            machine_.resume();  // a stop came in meanwhile
+            throw ControlCommandError(fmt::format("cannot pause: the VM is {}", to_string(life_.state())));
+        }
+        return json{{"state", "paused"}, {"pause_us", us}};
+    }
+
+    json resume() {
+        const VmState now = life_.state();
+        if (now == VmState::running) return json{{"state", "running"}, {"resume_us", 0}};
+        if (now != VmState::paused)
+            throw ControlCommandError(fmt::format("cannot resume: the VM is {}", to_string(now)));
+        const auto t0 = Clock::now();
+        machine_.resume();
+        const int64_t us = micros_since(t0);
+        life_.transition(VmState::paused, VmState::running);
+        return json{{"state", "running"}, {"resume_us", us}};
+    }
+
+    json stop(const json& body) {
+        bool force = false;
+        int64_t timeout_ms = 10000;
+        if (auto it = body.find("force"); it != body.end()) {
+            if (!it->is_boolean()) throw ControlCommandError("\"force\" must be true or false");
+            force = it->get<bool>();
+        }
+        if (auto it = body.find("timeout_ms"); it != body.end()) {
+            if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > 600000)
+                throw ControlCommandError("\"timeout_ms\" must be an integer from 0 to 600000");
+            timeout_ms = it->get<int64_t>();
+        }
+        const VmState before = life_.begin_stop();
+        if (before == VmState::stopping) {
+            if (force) machine_.request_stop("stop (forced)");
+            return json{{"state", "stopping"}};
+        }
+        if (before == VmState::paused) machine_.resume();  // a paused guest cannot power off
+        if (force || before == VmState::booting || timeout_ms == 0) {
+            machine_.request_stop(force ? "stop (forced)" : "stop");
+            return json{{"state", "stopping"}};
+        }
+        stopper_ = std::thread([this, timeout = std::chrono::milliseconds(timeout_ms)] {
+            const auto t0 = Clock::now();
+            try {
+                agent::AgentClient client = agent::AgentClient::connect(agent_endpoint(paths_), timeout);
+                client.shutdown();
+            } catch (const agent::ConnectionError&) {
+                // The guest may power off before the answer arrives.
+            } catch (const std::exception& e) {
+                log_line(fmt::format("stop: asking the guest agent to power off failed: {}", e.what()));
+            }
+            const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
+            if (!life_.wait_ended(timeout > spent ? timeout - spent : std::chrono::milliseconds(0)))
+                machine_.request_stop(fmt::format("stop: the guest did not power off within {} ms", timeout.count()));
+        });
+        return json{{"state", "stopping"}};
+    }
+
+    const VmmOptions& options_;
+    const VmPaths& paths_;
+    Machine& machine_;
+    Lifecycle& life_;
+    Clock::time_point started_;
+    std::thread stopper_;  // at most one: a second stop finds the state stopping
+};
+
+BootOptions boot_options(const VmmOptions& options, const VmPaths& paths) {
+    BootOptions boot;
+    boot.cpus = options.cpus;
+    boot.memory_mib = options.memory_mib;
+    boot.root_disk = true;
+    boot.disks.push_back(DiskOption{options.image, true, "nanovm-root"});
+    boot.disks.push_back(DiskOption{paths.disk(), false, "nanovm-upper"});
+    for (const std::string& spec : options.disks) boot.disks.push_back(parse_disk_option(spec));
+    boot.vsock = VsockOption{paths.vsock_socket(), 3};
+    boot.append.push_back(kSandboxParams);
+    boot.console = paths.console_log();
+    return boot;
+}
+
+int serve(const VmmOptions& options, ReadyPipe& pipe) {
+    if (!is_vm_id(options.id)) throw Error(fmt::format("{}: not a VM id", options.id));
+    const VmPaths paths = vm_paths(options.id);
+    write_vm_info(paths.info_file(),
+                  VmInfo{options.id, ::getpid(), options.cpus, options.memory_mib,
+                         std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count(),
+                         options.image});
+    create_scratch_disk(paths.disk());
+    const BootOptions boot = boot_options(options, paths);
+    Fd console(::open(paths.console_log().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    if (!console) throw_errno("open " + paths.console_log());
+
+    // Signals are blocked before any thread starts, so only the watcher sees them.
+    const Fd signals = block_termination_signals();
+    LinuxVm vm(boot, console.get());
+    Lifecycle life;
+    // The server stops (destroyed first) before the commands it calls go away.
+    ControlCommands commands(options, paths, vm.machine(), life);
+    ControlServer server(paths.control_socket());
+    commands.install(server);
+    server.start();
+    SignalWatcher watcher(signals.get(), vm.machine(), life);
+    std::thread readiness(
+        [&] { watch_readiness(paths, options.boot_timeout, life, pipe, vm.machine()); });
+
+    const StopReason reason = vm.run();
+    life.mark_ended();
+    readiness.join();
+    const GuestOutcome outcome = vm.outcome(reason);
+    const bool clean = outcome == GuestOutcome::poweroff || outcome == GuestOutcome::stopped;
+    if (!pipe.finished())
+        pipe.error(fmt::format("the guest stopped before its agent answered ({})", reason.describe()),
+                   paths.console_log());
+    log_line(fmt::format("VM {} ended: {} ({})", options.id, to_string(outcome), reason.describe()));
+    return clean ? 0 : 1;
+}
+
+}  // namespace
+
+int run_vmm(const VmmOptions& options) {
+    ReadyPipe pipe(options.ready_fd);
+    int status = 1;
+    try {
+        status = serve(options, pipe);
+    } catch (const std::exception& e) {
+        log_line(e.what());
+        pipe.error(e.what(), vm_paths(options.id).console_log());
+    }
+    // NANOVM_KEEP_STATE=1 keeps the directory (console.log, vmm.log) for a post-mortem;
+    // it counts as stale from now on and the next start/run/list removes it.
+    const char* keep = std::getenv("NANOVM_KEEP_STATE");
+    if (is_vm_id(options.id) && !(keep && std::string_view(keep) == "1")) remove_vm_dir(vm_paths(options.id));
+    return status;
+}
+
+}  // namespace nanovm::vm

@@ -1,0 +1,52 @@
+// The VMM process of one sandbox (`nanovm run`, `nanovm vm start`): started by
+// api/vm/launcher.cpp as the hidden command `nanovm _vmm`, it boots the default
+// kernel with the root image read-only and shared, a fresh 16 GiB writable disk as
+// the overlay's upper layer (guest-init: nanovm.overlay=/dev/vdb), virtio-vsock with
+// the agent (nanovm.agent) and virtio-rng; serves the control socket; and removes the
+// VM's state directory when the guest ends.
+//
+// Readiness: the launcher gives it the write end of a pipe. Once the guest agent
+// answers a PING the VMM writes "ready\n"; if the VM fails first it writes
+// "error <one line>\n", then the last guest console lines as "console <line>\n",
+// and exits. Either way it closes the pipe.
+//
+// Control commands (control_protocol.hpp):
+//   status                   {"id", "pid", "state", "cpus", "memory_mib", "uptime_ms",
+//                             "image", "vsock_socket", "console_log"}
+//                            state: booting | running | paused | stopping
+//   pause                    vCPUs out of KVM_RUN; {"state": "paused", "pause_us"}
+//   resume                   {"state": "running", "resume_us"}
+//   stop [force] [timeout_ms]  graceful: the agent powers the guest off; after
+//                            timeout_ms (default 10000) or with force: the VMM stops the
+//                            vCPUs at once. Answers {"state": "stopping"} right away.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace nanovm::vm {
+
+/// What `nanovm _vmm` is started with.
+struct VmmOptions {
+    std::string id;                 ///< the VM's id; its state directory exists
+    int lock_fd = -1;               ///< vmm.lock, flock'ed: held until the process exits
+    int ready_fd = -1;              ///< the readiness pipe's write end (-1: none)
+    uint32_t cpus = 2;
+    uint32_t memory_mib = 1024;
+    std::string image;              ///< the root disk image, attached read-only
+    std::vector<std::string> disks;  ///< extra --disk specs (/dev/vdc, ...)
+    std::chrono::milliseconds boot_timeout{std::chrono::seconds(60)};
+};
+
+/// The guest kernel parameters a sandbox boots with (besides the device ones): the
+/// agent on its default port and the overlay root on the second disk.
+inline constexpr const char* kSandboxParams = "nanovm.agent nanovm.overlay=/dev/vdb";
+
+/// Runs the VM until the guest ends. Returns the process exit status: 0 when the
+/// guest powered off or was stopped on request, 1 otherwise (the reason is in
+/// vmm.log, or on the readiness pipe before ready). Never throws.
+int run_vmm(const VmmOptions& options);
+
+}  // namespace nanovm::vm

@@ -1,0 +1,373 @@
+// `nanovm vm ...` (see vm_command.hpp).
+#include "api/vm_command.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "api/agent_client/agent_client.hpp"
+#include "api/boot_command.hpp"
+#include "api/host_console.hpp"
+#include "api/run_command.hpp"
+#include "api/vm/control_client.hpp"
+#include "api/vm/control_protocol.hpp"
+#include "api/vm/copy_spec.hpp"
+#include "api/vm/exec_stream.hpp"
+#include "api/vm/state_dir.hpp"
+#include "vmm/error.hpp"
+#include "vmm/log.hpp"
+
+namespace nanovm {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr auto kStopGrace = std::chrono::seconds(10);
+
+// The VM `id_text` names, checked to be alive and answering; its status.
+struct LiveVm {
+    vm::VmPaths paths;
+    json status;
+};
+
+LiveVm live_vm(const std::string& id_text) {
+    const vm::VmPaths paths = vm::find_vm(id_text);
+    if (!vm::vmm_alive(paths)) {
+        vm::remove_if_dead(paths);
+        throw Error(fmt::format("VM {} is not running (its VMM died); its state directory was removed", paths.id));
+    }
+    json status;
+    try {
+        status = vm::control_call(paths.control_socket(), "status");
+    } catch (const std::exception& e) {
+        throw Error(fmt::format("VM {} does not answer on its control socket: {}", paths.id, e.what()));
+    }
+    return LiveVm{paths, std::move(status)};
+}
+
+// A live VM whose agent can take commands now.
+agent::AgentClient agent_of(const LiveVm& vm) {
+    const std::string state = vm.status.value("state", "");
+    if (state == "paused")
+        throw Error(fmt::format("VM {} is paused: resume it first (nanovm vm resume {})", vm.paths.id, vm.paths.id));
+    if (state != "running") throw Error(fmt::format("VM {} is {}", vm.paths.id, state));
+    try {
+        return agent::AgentClient::connect(agent::Endpoint::vsock(vm.paths.vsock_socket(), agent::proto::kAgentVsockPort));
+    } catch (const std::exception& e) {
+        throw Error(fmt::format("VM {}: cannot reach its guest agent: {}", vm.paths.id, e.what()));
+    }
+}
+
+int vm_start(const vm::SandboxSpec& spec) {
+    const Fd signals = block_termination_signals();
+    try {
+        const vm::StartedVm started = vm::start_vm(spec, /*attached=*/false, signals.get());
+        std::printf("%s\n", started.paths.id.c_str());
+        return 0;
+    } catch (const vm::Interrupted& i) {
+        return 128 + i.signal;
+    }
+}
+
+// `vm exec --session NAME`: the words joined into one shell line (as ssh does), run
+// in the session's shell, which is opened first if it does not exist yet.
+int session_exec(agent::AgentClient& client, const LiveVm& vm, const VmCommandOptions& o) {
+    if (!o.cwd.empty() || !o.env.empty())
+        throw Error("--session: use cd and export in the session instead of --cwd and --env");
+    std::string line;
+    for (const std::string& word : o.argv) line += (line.empty() ? "" : " ") + word;
+    try {
+        client.open_session(o.session);
+    } catch (const agent::AgentError& e) {
+        if (e.errno_name() != "EEXIST")
+            throw Error(fmt::format("VM {}: session {}: {}: {}", vm.paths.id, o.session, e.message(), e.errno_name()));
+    }
+    const Fd signals = block_termination_signals();
+    const auto timeout = std::chrono::milliseconds(std::chrono::seconds(o.timeout_s));
+    try {
+        return vm::stream_request(
+            client,
+            [&](agent::OutputCallbacks callbacks) {
+                return client.start_in_session(o.session, line, timeout, std::move(callbacks));
+            },
+            false, timeout, signals.get());
+    } catch (const std::exception& e) {
+        log_line(fmt::format("VM {}: the guest agent: {}", vm.paths.id, e.what()));
+        return vm::kExecNanovmError;
+    }
+}
+
+int vm_exec(const VmCommandOptions& o) {
+    if (o.argv.empty() || o.argv.front().empty()) throw Error("no command: nanovm vm exec ID -- CMD ARGS...");
+    for (const std::string& e : o.env) {
+        if (e.find('=') == std::string::npos || e.front() == '=') throw Error(fmt::format("--env {}: want KEY=VALUE", e));
+    }
+    const LiveVm vm = live_vm(o.id);
+    agent::AgentClient client = agent_of(vm);
+    if (!o.session.empty()) return session_exec(client, vm, o);
+    agent::Command command = agent::Command::program(o.argv);
+    command.cwd = o.cwd;
+    command.env = o.env;
+    command.timeout = std::chrono::seconds(o.timeout_s);
+    const Fd signals = block_termination_signals();
+    try {
+        return vm::exec_streaming(client, command,
+                                  vm::StreamOptions{!o.no_stdin && !::isatty(STDIN_FILENO), signals.get()});
+    } catch (const std::exception& e) {
+        log_line(fmt::format("VM {}: the guest agent: {}", vm.paths.id, e.what()));
+        return vm::kExecNanovmError;
+    }
+}
+
+bool host_is_directory(const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int vm_cp(const VmCommandOptions& o) {
+    const vm::CopySpec spec = vm::parse_copy_spec(o.copy_from, o.copy_to);
+    const vm::CopyLocation& guest = spec.into_guest() ? spec.to : spec.from;
+    const LiveVm vm = live_vm(*guest.vm);
+    agent::AgentClient client = agent_of(vm);
+    try {
+        if (spec.into_guest()) {
+            const std::string& host = spec.from.path;
+            if (host_is_directory(host)) throw Error(fmt::format("{}: is a directory (cp copies one file)", host));
+            std::string target = guest.path;
+            bool guest_dir = target.back() == '/';
+            if (!guest_dir) {
+                try {
+                    guest_dir = client.stat(target).type == agent::proto::FileType::kDirectory;
+                } catch (const agent::AgentError&) {
+                    // Not there yet: the target is the file itself.
+                }
+            }
+            if (guest_dir) target = (target.back() == '/' ? target : target + "/") + vm::path_basename(host);
+            try {
+                client.upload(host, target);
+            } catch (const std::system_error& e) {
+                throw Error(e.what());
+            }
+        } else {
+            std::string target = spec.to.path;
+            if (host_is_directory(target)) target += "/" + vm::path_basename(guest.path);
+            const agent::proto::FileInfo info = client.stat(guest.path);
+            if (info.type != agent::proto::FileType::kRegular)
+                throw Error(fmt::format("{}:{}: not a regular file (cp copies one file)", *guest.vm, guest.path));
+            // Written beside the target and renamed: a failed copy leaves no half file.
+            const std::string part = target + ".nanovm-part";
+            try {
+                client.download(guest.path, part);
+                ::chmod(part.c_str(), info.mode & 0777);
+                if (::rename(part.c_str(), target.c_str()) != 0) throw_errno("rename " + part + " to " + target);
+            } catch (...) {
+                ::unlink(part.c_str());
+                throw;
+            }
+        }
+    } catch (const agent::AgentError& e) {
+        throw Error(fmt::format("{} in VM {}: {}", e.message(), vm.paths.id, e.errno_name()));
+    } catch (const std::system_error& e) {
+        throw Error(e.what());
+    }
+    return 0;
+}
+
+std::string format_uptime(int64_t ms) {
+    const int64_t s = ms / 1000;
+    if (s < 60) return fmt::format("{}s", s);
+    if (s < 3600) return fmt::format("{}m{:02}s", s / 60, s % 60);
+    return fmt::format("{}h{:02}m", s / 3600, (s / 60) % 60);
+}
+
+int vm_list(bool as_json) {
+    for (const std::string& id : vm::clean_stale_vm_dirs())
+        log_line(fmt::format("removed the state directory of VM {} (its VMM had died)", id));
+    json rows = json::array();
+    for (const vm::VmPaths& paths : vm::list_vm_dirs()) {
+        json row{{"id", paths.id}, {"state", "unresponsive"}};
+        try {
+            const vm::VmInfo info = vm::read_vm_info(paths.info_file());
+            row["pid"] = info.pid;
+            row["cpus"] = info.cpus;
+            row["memory_mib"] = info.memory_mib;
+        } catch (const std::exception&) {
+            row["state"] = "starting";
+        }
+        try {
+            const json status = vm::control_call(paths.control_socket(), "status", nullptr, std::chrono::seconds(1));
+            for (const char* key : {"state", "pid", "cpus", "memory_mib", "uptime_ms"}) {
+                if (status.contains(key)) row[key] = status[key];
+            }
+        } catch (const std::exception&) {
+            if (!vm::vmm_alive(paths)) continue;  // it ended meanwhile
+        }
+        rows.push_back(row);
+    }
+    if (as_json) {
+        std::printf("%s\n", rows.dump().c_str());
+        return 0;
+    }
+    std::printf("%-12s  %-12s  %8s  %4s  %7s  %s\n", "ID", "STATE", "PID", "CPUS", "MEMORY", "UPTIME");
+    for (const json& r : rows) {
+        const auto num = [&r](const char* key) { return r.contains(key) ? r[key].dump() : std::string("-"); };
+        std::printf("%-12s  %-12s  %8s  %4s  %7s  %s\n", r["id"].get<std::string>().c_str(),
+                    r["state"].get<std::string>().c_str(), num("pid").c_str(), num("cpus").c_str(),
+                    r.contains("memory_mib") ? (num("memory_mib") + "M").c_str() : "-",
+                    r.contains("uptime_ms") ? format_uptime(r["uptime_ms"].get<int64_t>()).c_str() : "-");
+    }
+    return 0;
+}
+
+int vm_control(const std::string& id_text, const char* command) {
+    const LiveVm vm = live_vm(id_text);
+    try {
+        const json answer = vm::control_call(vm.paths.control_socket(), command);
+        if (std::string(command) == "status") {
+            json status = answer;
+            status.erase("ok");
+            std::printf("%s\n", status.dump().c_str());
+        }
+    } catch (const vm::ControlCommandError& e) {
+        throw Error(fmt::format("VM {}: {}", vm.paths.id, e.what()));
+    }
+    return 0;
+}
+
+int vm_stop(const VmCommandOptions& o) {
+    const vm::VmPaths paths = vm::find_vm(o.id);
+    if (!vm::vmm_alive(paths)) {
+        vm::remove_if_dead(paths);
+        throw Error(fmt::format("VM {} was not running (its VMM had died); its state directory was removed", paths.id));
+    }
+    const auto grace = o.timeout_s > 0 ? std::chrono::seconds(o.timeout_s) : kStopGrace;
+    try {
+        vm::control_call(paths.control_socket(), "stop",
+                         {{"force", o.force},
+                          {"timeout_ms", std::chrono::duration_cast<std::chrono::milliseconds>(grace).count()}});
+    } catch (const std::exception& e) {
+        log_line(fmt::format("VM {}: the stop request failed ({}); killing its VMM", paths.id, e.what()));
+        try {
+            ::kill(static_cast<pid_t>(vm::read_vm_info(paths.info_file()).pid), SIGKILL);
+        } catch (const std::exception&) {
+        }
+    }
+    if (!vm::wait_vmm_gone(paths, grace + std::chrono::seconds(10))) {
+        log_line(fmt::format("VM {}: its VMM did not exit: killing it", paths.id));
+        try {
+            ::kill(static_cast<pid_t>(vm::read_vm_info(paths.info_file()).pid), SIGKILL);
+        } catch (const std::exception&) {
+        }
+        if (!vm::wait_vmm_gone(paths, std::chrono::seconds(5)))
+            throw Error(fmt::format("VM {}: its VMM does not exit", paths.id));
+    }
+    vm::remove_if_dead(paths);
+    return 0;
+}
+
+void add_shape_options(CLI::App* cmd, vm::SandboxSpec& spec) {
+    cmd->add_option("--cpus", spec.cpus, "vCPUs (1 to 4)")
+        ->type_name("N")
+        ->check(CLI::Range(kMinCpus, kMaxCpus).description(""))
+        ->capture_default_str();
+    cmd->add_option("--memory", spec.memory_mib, "Guest RAM in MiB (128 to 8192)")
+        ->type_name("MiB")
+        ->check(CLI::Range(kMinMemoryMib, kMaxMemoryMib).description(""))
+        ->capture_default_str();
+    cmd->add_option("--image", spec.image,
+                    "Root disk image, attached read-only and never changed [default: tools/rootfs/build's default]")
+        ->type_name("IMG");
+    cmd->add_option("--disk", spec.disks, "An extra raw disk: PATH[,ro][,serial=ID] (repeatable; /dev/vdc, ...)")
+        ->type_name("SPEC");
+}
+
+}  // namespace
+
+VmCommands add_vm_commands(CLI::App& app, VmCommandOptions& o) {
+    VmCommands c;
+    c.vm = app.add_subcommand("vm", "Long-lived sandbox VMs: start, exec, cp, list, status, pause, resume, stop");
+    c.vm->require_subcommand(1);
+    c.vm->footer("IDs may be abbreviated to a unique prefix. State: $NANOVM_RUN_DIR (default "
+                 "$XDG_RUNTIME_DIR/nanovm, else ~/.cache/nanovm/run)/vms/<id>/.");
+
+    c.start = c.vm->add_subcommand("start", "Start a sandbox VM in the background; print its id once it answers");
+    add_shape_options(c.start, o.spec);
+
+    c.exec = c.vm->add_subcommand("exec", "Run a command in a VM, streaming its output; exit with its status");
+    c.exec->add_option("id", o.id, "VM id")->required();
+    c.exec->add_option("--timeout", o.timeout_s, "Kill the command after S seconds")->type_name("S");
+    c.exec->add_option("--cwd", o.cwd, "Working directory in the guest [default: /]")->type_name("DIR");
+    c.exec->add_option("-e,--env", o.env, "Set KEY=VALUE (repeatable)")->type_name("KEY=VALUE");
+    c.exec->add_flag("-n,--no-stdin", o.no_stdin, "Do not forward stdin");
+    c.exec->add_option("--session", o.session,
+                       "Run in the persistent shell NAME (opened if new): cwd and variables carry over; the words "
+                       "after -- are joined into one shell line, as ssh does; no stdin")
+        ->type_name("NAME");
+    c.exec->add_option("command", o.argv, "The command and its arguments, after --")->required();
+    c.exec->footer(kExecStatusHelp);
+
+    c.cp = c.vm->add_subcommand("cp", "Copy one file: ID:/GUEST_PATH HOST_PATH, or HOST_PATH ID:/GUEST_PATH");
+    c.cp->add_option("source", o.copy_from, "ID:/GUEST_PATH or HOST_PATH")->required();
+    c.cp->add_option("target", o.copy_to, "HOST_PATH or ID:/GUEST_PATH (a directory: the file goes inside)")
+        ->required();
+
+    c.list = c.vm->add_subcommand("list", "The VMs of this user: id, state, pid, shape, uptime");
+    c.list->add_flag("--json", o.json, "One JSON array instead of a table");
+
+    c.status = c.vm->add_subcommand("status", "A VM's status from its control socket, as JSON");
+    c.status->add_option("id", o.id, "VM id")->required();
+    c.pause = c.vm->add_subcommand("pause", "Stop a VM's vCPUs (its memory and devices stay)");
+    c.pause->add_option("id", o.id, "VM id")->required();
+    c.resume = c.vm->add_subcommand("resume", "Let a paused VM's vCPUs run again");
+    c.resume->add_option("id", o.id, "VM id")->required();
+
+    c.stop = c.vm->add_subcommand("stop", "Power a VM off (its agent shuts the guest down) and remove its state");
+    c.stop->add_option("id", o.id, "VM id")->required();
+    c.stop->add_flag("--force", o.force, "Stop the vCPUs at once, without a guest power-off");
+    c.stop->add_option("--timeout", o.timeout_s, "Seconds to wait for the guest's power-off before forcing it [10]")
+        ->type_name("S");
+
+    c.vmm = app.add_subcommand("_vmm", "");  // hidden: the VMM process (launcher.cpp)
+    c.vmm->group("");
+    c.vmm->add_option("--id", o.vmm.id)->required();
+    c.vmm->add_option("--lock-fd", o.vmm.lock_fd)->required();
+    c.vmm->add_option("--ready-fd", o.vmm.ready_fd);
+    c.vmm->add_option("--cpus", o.vmm.cpus);
+    c.vmm->add_option("--memory", o.vmm.memory_mib);
+    c.vmm->add_option("--image", o.vmm.image)->required();
+    c.vmm->add_option("--disk", o.vmm.disks);
+    c.vmm->add_option("--boot-timeout-ms", o.vmm_boot_timeout_ms);
+    return c;
+}
+
+int run_vm_command(const VmCommands& c, const VmCommandOptions& o) {
+    try {
+        if (*c.vmm) {
+            vm::VmmOptions vmm = o.vmm;
+            vmm.boot_timeout = std::chrono::milliseconds(o.vmm_boot_timeout_ms);
+            return vm::run_vmm(vmm);
+        }
+        if (*c.start) return vm_start(o.spec);
+        if (*c.exec) return vm_exec(o);
+        if (*c.cp) return vm_cp(o);
+        if (*c.list) return vm_list(o.json);
+        if (*c.status) return vm_control(o.id, "status");
+        if (*c.pause) return vm_control(o.id, "pause");
+        if (*c.resume) return vm_control(o.id, "resume");
+        if (*c.stop) return vm_stop(o);
+    } catch (const std::exception& e) {
+        log_line(e.what());
+        return *c.exec ? vm::kExecNanovmError : 1;
+    }
+    return 2;
+}
+
+}  // namespace nanovm

@@ -1,0 +1,230 @@
+#!/usr/bin/env bash
+# `nanovm run` and the `nanovm vm` commands end to end with a real guest and its
+# agent, run INSIDE the test host by checks.sh (same test-host boot). Prints TAP
+# lines numbered from $n (checks.sh's helpers).
+# Usage (sourced): . agent_checks.sh   with $nanovm $work $default_root set.
+# Data sizes are small on purpose (emulation): 1 MiB of output, a 16 MiB file; the
+# large ones are in tests/agent (native) and tools/bench/run exec.
+
+ag=$work/agent
+mkdir -p "$ag"
+export NANOVM_RUN_DIR=$ag/run
+img=$default_root
+
+# nv_run NAME ARGS... : nanovm run ARGS with stdout/stderr in $ag/NAME.out/.err; sets $status.
+nv_run() {
+  local name=$1; shift
+  timeout 300 "$nanovm" run "$@" >"$ag/$name.out" 2>"$ag/$name.err" </dev/null
+  status=$?
+}
+# Shows a failed check's output as TAP diagnostics.
+show() { local f; for f in "$@"; do [ -s "$ag/$f" ] && { echo "# $f:"; diag "$ag/$f" 15; }; done; }
+vms_left() { ls "$NANOVM_RUN_DIR/vms" 2>/dev/null | grep -v '^\.' | wc -l; }
+vmm_processes() { pgrep -f -- "$nanovm _vmm" | wc -l; }
+sha() { sha256sum "$1" | cut -d' ' -f1; }
+
+img_stat_before=$(stat -c '%s %Y' "$img")
+
+# A1. The README's first example, with the default root disk.
+nv_run python -- python3 -c 'print(1)'
+if [ "$status" = 0 ] && [ "$(cat "$ag/python.out")" = 1 ]; then
+  ok "nanovm run -- python3 -c 'print(1)' prints 1 and exits 0 (default root disk)"
+else
+  not_ok "nanovm run -- python3 -c 'print(1)' prints 1 and exits 0 (got exit $status)"; show python.out python.err
+fi
+
+# A2. The command's exit code is ours.
+nv_run exit3 --image "$img" -- sh -c 'echo hi; exit 3'
+if [ "$status" = 3 ] && [ "$(cat "$ag/exit3.out")" = hi ]; then
+  ok "nanovm run -- sh -c 'echo hi; exit 3' prints hi and exits 3"
+else
+  not_ok "nanovm run -- sh -c 'echo hi; exit 3' prints hi and exits 3 (got exit $status)"; show exit3.out exit3.err
+fi
+
+# A3. stdout and stderr stay apart.
+nv_run split --image "$img" -- sh -c 'echo to-out; echo to-err >&2; echo more-out'
+if [ "$status" = 0 ] && [ "$(cat "$ag/split.out")" = "$(printf 'to-out\nmore-out')" ] &&
+   [ "$(cat "$ag/split.err")" = to-err ]; then
+  ok "stdout and stderr of the guest command arrive separately"
+else
+  not_ok "stdout and stderr of the guest command arrive separately (exit $status)"; show split.out split.err
+fi
+
+# A4. Streaming: the first line arrives while the command still runs (it sleeps 4 s).
+( timeout 300 "$nanovm" run --image "$img" -- sh -c 'echo first; sleep 4; echo second' 2>"$ag/stream.err" </dev/null |
+  { read -r line; date +%s.%N >"$ag/stream.first"; echo "$line" >"$ag/stream.out"; cat >>"$ag/stream.out"; } )
+date +%s.%N >"$ag/stream.end"
+gap=$(python3 -c 'import sys; print(float(open(sys.argv[2]).read()) - float(open(sys.argv[1]).read()))' \
+      "$ag/stream.first" "$ag/stream.end" 2>/dev/null || echo 0)
+if [ "$(cat "$ag/stream.out")" = "$(printf 'first\nsecond')" ] && python3 -c "import sys; sys.exit(0 if $gap >= 3 else 1)"; then
+  ok "output is streamed: the first line arrived ${gap%.*}+ s before the command ended"
+else
+  not_ok "output is streamed: first line >= 3 s before the end (gap $gap s)"; show stream.out stream.err
+fi
+
+# A5. 1 MiB of binary output arrives intact.
+nv_run mib --image "$img" -- python3 -c 'import sys; sys.stdout.buffer.write(bytes(range(256)) * 4096)'
+want=$(python3 -c 'import hashlib; print(hashlib.sha256(bytes(range(256)) * 4096).hexdigest())')
+if [ "$status" = 0 ] && [ "$(sha "$ag/mib.out")" = "$want" ]; then
+  ok "1 MiB of binary stdout arrives intact (sha256)"
+else
+  not_ok "1 MiB of binary stdout arrives intact (exit $status, $(stat -c %s "$ag/mib.out") bytes)"; show mib.err
+fi
+
+# A6. A command killed by a signal: 128 + the signal; --timeout: 124.
+nv_run term --image "$img" -- sh -c 'kill -TERM $$; sleep 10'
+term_status=$status
+nv_run kill9 --image "$img" -- sh -c 'kill -KILL $$; sleep 10'
+kill_status=$status
+check "a command killed by SIGTERM / SIGKILL exits 143 / 137 (got $term_status / $kill_status)" \
+  test "$term_status" = 143 -a "$kill_status" = 137
+start_s=$(date +%s)
+nv_run timeout --image "$img" --timeout 2 -- sleep 60
+took=$(( $(date +%s) - start_s ))
+if [ "$status" = 124 ] && [ "$took" -lt 50 ] && grep -q 'timed out' "$ag/timeout.err"; then
+  ok "--timeout 2 kills a sleeping command: exit 124 with a message (${took} s in all)"
+else
+  not_ok "--timeout 2 kills a sleeping command: exit 124 (got $status after $took s)"; show timeout.err
+fi
+
+# A7. Stdin is forwarded; a missing command is 127 with one line.
+printf 'line one\nline two\n' >"$ag/stdin.txt"
+timeout 300 "$nanovm" run --image "$img" -- sh -c 'cat; echo done' <"$ag/stdin.txt" >"$ag/stdin.out" 2>"$ag/stdin.err"
+stdin_status=$?
+nv_run missing --image "$img" -- no-such-program-here
+if [ "$stdin_status" = 0 ] && [ "$(cat "$ag/stdin.out")" = "$(printf 'line one\nline two\ndone')" ] &&
+   [ "$status" = 127 ] && [ "$(wc -l <"$ag/missing.err")" = 1 ]; then
+  ok "stdin reaches the guest command; a missing program exits 127 with one line ($(cat "$ag/missing.err"))"
+else
+  not_ok "stdin reaches the guest command (exit $stdin_status); a missing program exits 127 (got $status)"
+  show stdin.out stdin.err missing.err
+fi
+
+# A8. / is writable (overlay over the read-only shared root disk); a fresh VM does not
+# see what another wrote; the image is attached read-only and stays as it was.
+nv_run overlay --image "$img" -- sh -c \
+  'echo etc-ok > /etc/nanovm-probe && echo root-ok > /root/probe && cat /etc/nanovm-probe /root/probe &&
+   cat /sys/block/vda/ro && findmnt -n -o FSTYPE /'
+overlay_status=$status
+nv_run fresh --image "$img" -- sh -c 'test ! -e /etc/nanovm-probe && test ! -e /root/probe'
+if [ "$overlay_status" = 0 ] && [ "$(cat "$ag/overlay.out")" = "$(printf 'etc-ok\nroot-ok\n1\noverlay')" ] &&
+   [ "$status" = 0 ] && [ "$(stat -c '%s %Y' "$img")" = "$img_stat_before" ]; then
+  ok "/ and /root are writable (overlay, root disk read-only in the guest), a fresh VM starts clean, the image is unchanged"
+else
+  not_ok "/ and /root are writable over the read-only root disk (exit $overlay_status, fresh $status)"
+  show overlay.out overlay.err fresh.err
+fi
+
+# A9. Bad input: one line, exit 125; nothing left behind by all the runs above.
+nv_run badcpus --cpus 9 -- true
+bad_status=$status
+nv_run badimage --image "$ag/no-such.img" -- true
+if [ "$bad_status" = 125 ] && [ "$status" = 125 ] && [ "$(wc -l <"$ag/badimage.err")" = 1 ] &&
+   [ "$(vms_left)" = 0 ] && [ "$(vmm_processes)" = 0 ]; then
+  ok "bad options exit 125 with one line; no state dir or VMM process is left after the runs"
+else
+  not_ok "bad options exit 125 (got $bad_status, $status); leftovers: $(vms_left) dirs, $(vmm_processes) VMMs"
+  show badcpus.err badimage.err
+fi
+
+# V1. vm start prints an id; vm list shows it running.
+id=$(timeout 300 "$nanovm" vm start --image "$img" 2>"$ag/start.err" </dev/null)
+start_status=$?
+timeout 60 "$nanovm" vm list >"$ag/list.out" 2>&1
+if [ "$start_status" = 0 ] && [[ "$id" =~ ^[0-9a-f]{12}$ ]] && grep -Eq "^$id +running " "$ag/list.out"; then
+  ok "vm start prints an id ($id); vm list shows it running"
+else
+  not_ok "vm start prints an id; vm list shows it running (exit $start_status, id '$id')"; show start.err list.out
+fi
+vm() { timeout 300 "$nanovm" vm "$@"; }
+
+# V2. vm exec: streamed output and the exit code; an id prefix is enough.
+vm exec "${id:0:5}" -- sh -c 'echo from-exec; echo err-exec >&2; exit 5' >"$ag/exec.out" 2>"$ag/exec.err" </dev/null
+exec_status=$?
+if [ "$exec_status" = 5 ] && [ "$(cat "$ag/exec.out")" = from-exec ] && [ "$(cat "$ag/exec.err")" = err-exec ]; then
+  ok "vm exec (id prefix): stdout, stderr and exit code 5"
+else
+  not_ok "vm exec: stdout, stderr and exit code 5 (got $exec_status)"; show exec.out exec.err
+fi
+
+# V3. vm cp of a 16 MiB file into the guest and back: equal sha256 on both sides.
+head -c $((16 << 20)) /dev/urandom >"$ag/up.bin"
+vm cp "$ag/up.bin" "$id:/root/up.bin" 2>"$ag/cp.err"; cp_in=$?
+guest_sha=$(vm exec "$id" -- sha256sum /root/up.bin </dev/null 2>>"$ag/cp.err" | cut -d' ' -f1)
+vm cp "$id:/root/up.bin" "$ag/down.bin" 2>>"$ag/cp.err"; cp_out=$?
+if [ "$cp_in" = 0 ] && [ "$cp_out" = 0 ] && [ "$(sha "$ag/up.bin")" = "$guest_sha" ] &&
+   [ "$(sha "$ag/down.bin")" = "$guest_sha" ]; then
+  ok "vm cp of a 16 MiB file into the guest and back: equal sha256 on host, guest and back"
+else
+  not_ok "vm cp of a 16 MiB file both ways (in $cp_in, out $cp_out)"; show cp.err
+fi
+vm cp "$id:/no/such/file" "$ag/x" 2>"$ag/cp-missing.err"; cp_missing=$?
+check "vm cp of a missing guest file fails with one line naming ENOENT" \
+  test "$cp_missing" != 0 -a "$(wc -l <"$ag/cp-missing.err")" = 1 -a -n "$(grep ENOENT "$ag/cp-missing.err")"
+
+# V4. A session keeps cwd and variables across vm exec calls; files written to /
+# persist across calls in one VM.
+vm exec "$id" --session s1 -- cd /tmp </dev/null >/dev/null 2>"$ag/session.err"
+vm exec "$id" --session s1 -- export GREETING=hello </dev/null >/dev/null 2>>"$ag/session.err"
+vm exec "$id" --session s1 -- 'echo $PWD $GREETING' </dev/null >"$ag/session.out" 2>>"$ag/session.err"
+vm exec "$id" -- sh -c 'echo kept > /opt/persist' </dev/null 2>>"$ag/session.err"
+persist=$(vm exec "$id" -- cat /opt/persist </dev/null 2>>"$ag/session.err")
+if [ "$(cat "$ag/session.out")" = "/tmp hello" ] && [ "$persist" = kept ]; then
+  ok "vm exec --session keeps cwd and variables; a file written under / persists between execs"
+else
+  not_ok "vm exec --session keeps cwd and variables (got '$(cat "$ag/session.out")', persist '$persist')"; show session.err
+fi
+
+# V5. pause / resume through the control socket.
+vm pause "$id" 2>"$ag/pause.err"; pause_status=$?
+paused_state=$(vm status "$id" | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
+vm exec "$id" -- true </dev/null 2>"$ag/paused-exec.err"; paused_exec=$?
+vm resume "$id" 2>>"$ag/pause.err"; resume_status=$?
+resumed=$(vm exec "$id" -- echo after-resume </dev/null 2>>"$ag/pause.err")
+if [ "$pause_status" = 0 ] && [ "$paused_state" = paused ] && [ "$paused_exec" != 0 ] &&
+   grep -q paused "$ag/paused-exec.err" && [ "$resume_status" = 0 ] && [ "$resumed" = after-resume ]; then
+  ok "vm pause: state paused, exec refused with one line; vm resume: exec works again"
+else
+  not_ok "vm pause/resume (pause $pause_status, state '$paused_state', exec while paused $paused_exec, resume $resume_status, '$resumed')"
+  show pause.err paused-exec.err
+fi
+
+# V6. vm stop: graceful power-off, no VMM process, no state dir.
+pid=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$NANOVM_RUN_DIR/vms/$id/vm.json")
+start_s=$(date +%s.%N)
+vm stop "$id" 2>"$ag/stop.err"; stop_status=$?
+stop_s=$(python3 -c "import time; print(round(time.time() - $start_s, 2))")
+alive=$(ps -o stat= -p "$pid" 2>/dev/null | grep -v Z)
+if [ "$stop_status" = 0 ] && [ -z "$alive" ] && [ ! -e "$NANOVM_RUN_DIR/vms/$id" ]; then
+  ok "vm stop powers the guest off in $stop_s s: no VMM process, no state dir"
+else
+  not_ok "vm stop: no VMM process, no state dir (exit $stop_status, process '$alive')"; show stop.err
+fi
+vm exec "$id" -- true </dev/null 2>"$ag/gone.err"; gone_status=$?
+check "vm exec on a stopped VM fails with one line ($(cat "$ag/gone.err"))" \
+  test "$gone_status" != 0 -a "$(wc -l <"$ag/gone.err")" = 1
+
+# V7. A VMM that dies (SIGKILL) leaves a stale dir: vm list removes and reports it.
+id2=$(vm start --image "$img" --memory 256 2>"$ag/start2.err" </dev/null)
+pid2=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$NANOVM_RUN_DIR/vms/$id2/vm.json" 2>/dev/null)
+[ -n "$pid2" ] && kill -9 "$pid2"; sleep 0.5
+vm list >"$ag/list2.out" 2>"$ag/list2.err"
+if [ -n "$id2" ] && grep -q "$id2" "$ag/list2.err" && ! grep -q "$id2" "$ag/list2.out" &&
+   [ ! -e "$NANOVM_RUN_DIR/vms/$id2" ]; then
+  ok "a killed VMM's state dir is removed and reported by vm list"
+else
+  not_ok "a killed VMM's state dir is removed and reported by vm list (id '$id2')"; show start2.err list2.out list2.err
+fi
+
+# V8. The README's `nanovm vm` example block runs as written (build/nanovm -> $nanovm).
+readme=$(dirname "$0")/../../README.md
+sed -n '/^    id=$(build\/nanovm vm start/,/^    build\/nanovm vm stop/p' "$readme" | sed 's/^    //' |
+  sed "s|build/nanovm|$nanovm|g" >"$ag/readme-vm.sh"
+timeout 600 bash -e "$ag/readme-vm.sh" >"$ag/readme-vm.out" 2>"$ag/readme-vm.err" </dev/null
+readme_status=$?
+if [ "$readme_status" = 0 ] && [ "$(wc -l <"$ag/readme-vm.sh")" -ge 10 ] && grep -qx /tmp "$ag/readme-vm.out" &&
+   [ "$(cat /tmp/back.txt 2>/dev/null)" = hello ] && [ "$(vms_left)" = 0 ]; then
+  ok "the README's vm example block runs as written ($(wc -l <"$ag/readme-vm.sh") lines)"
+else
+  not_ok "the README's vm example block runs as written (exit $readme_status)"; show readme-vm.sh readme-vm.out readme-vm.err
+fi

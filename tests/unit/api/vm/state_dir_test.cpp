@@ -1,0 +1,127 @@
+// VM state directories (api/vm/state_dir.hpp) under a private NANOVM_RUN_DIR.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "api/vm/state_dir.hpp"
+#include "api/vm/vm_id.hpp"
+#include "tests/support/temp_dir.hpp"
+#include "vmm/error.hpp"
+
+using namespace nanovm;
+using namespace nanovm::vm;
+
+namespace {
+
+// Points NANOVM_RUN_DIR at a fresh temporary directory for one test.
+struct RunDir {
+    test::TempDir dir{"rundir"};
+    RunDir() { ::setenv("NANOVM_RUN_DIR", dir.path().c_str(), 1); }
+    ~RunDir() { ::unsetenv("NANOVM_RUN_DIR"); }
+};
+
+bool exists(const std::string& path) { return std::filesystem::exists(path); }
+
+}  // namespace
+
+TEST_CASE("the run directory: NANOVM_RUN_DIR, else XDG_RUNTIME_DIR/nanovm, else the cache", "[api][vm][state]") {
+    ::setenv("NANOVM_RUN_DIR", "/somewhere", 1);
+    CHECK(run_dir() == "/somewhere");
+    CHECK(vms_dir() == "/somewhere/vms");
+    CHECK(vm_paths("0123456789ab").control_socket() == "/somewhere/vms/0123456789ab/control.sock");
+    ::unsetenv("NANOVM_RUN_DIR");
+    const char* xdg = ::getenv("XDG_RUNTIME_DIR");
+    const std::string saved = xdg ? xdg : "";
+    ::setenv("XDG_RUNTIME_DIR", "/run/user/1000", 1);
+    CHECK(run_dir() == "/run/user/1000/nanovm");
+    ::unsetenv("XDG_RUNTIME_DIR");
+    CHECK(run_dir().size() > std::string("/run").size());
+    CHECK(run_dir().rfind("/nanovm/run") == run_dir().size() - std::string("/nanovm/run").size());
+    if (!saved.empty()) ::setenv("XDG_RUNTIME_DIR", saved.c_str(), 1);
+}
+
+TEST_CASE("a new VM directory is private, locked while its holder lives, and removed once not", "[api][vm][state]") {
+    RunDir run;
+    NewVmDir made = create_vm_dir();
+    CHECK(is_vm_id(made.paths.id));
+    CHECK(made.paths.dir == vms_dir() + "/" + made.paths.id);
+    struct stat st {};
+    REQUIRE(::stat(made.paths.dir.c_str(), &st) == 0);
+    CHECK((st.st_mode & 0777) == 0700);
+    CHECK(vmm_alive(made.paths));
+    CHECK(clean_stale_vm_dirs().empty());
+    CHECK_FALSE(remove_if_dead(made.paths));
+    CHECK(exists(made.paths.dir));
+
+    made.lock.reset();  // the VMM died
+    CHECK_FALSE(vmm_alive(made.paths));
+    CHECK(clean_stale_vm_dirs() == std::vector<std::string>{made.paths.id});
+    CHECK_FALSE(exists(made.paths.dir));
+}
+
+TEST_CASE("a lock inherited across fork keeps the VM alive after the creator lets go", "[api][vm][state]") {
+    RunDir run;
+    NewVmDir made = create_vm_dir();
+    const pid_t child = ::fork();
+    if (child == 0) {
+        ::sleep(30);  // holds the inherited lock until killed
+        ::_exit(0);
+    }
+    made.lock.reset();
+    CHECK(vmm_alive(made.paths));
+    ::kill(child, SIGKILL);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    CHECK_FALSE(vmm_alive(made.paths));
+}
+
+TEST_CASE("find_vm takes a full id or a unique prefix and says what is wrong otherwise", "[api][vm][state]") {
+    RunDir run;
+    std::filesystem::create_directories(vms_dir() + "/abc000000001");
+    std::filesystem::create_directories(vms_dir() + "/abc000000002");
+    std::filesystem::create_directories(vms_dir() + "/def000000003");
+    std::filesystem::create_directories(vms_dir() + "/not-an-id");
+    CHECK(list_vm_dirs().size() == 3);
+    CHECK(find_vm("abc000000001").id == "abc000000001");
+    CHECK(find_vm("d").id == "def000000003");
+    CHECK_THROWS_WITH(find_vm("abc"), Catch::Contains("ambiguous") && Catch::Contains("abc000000002"));
+    CHECK_THROWS_WITH(find_vm("0"), "no VM 0 (nanovm vm list shows the VMs)");
+    CHECK_THROWS_WITH(find_vm("../x"), Catch::Contains("not a VM id"));
+    CHECK_THROWS_WITH(find_vm(""), Catch::Contains("not a VM id"));
+    // Directories without a lock file have no VMM: cleaned.
+    CHECK(clean_stale_vm_dirs().size() == 3);
+    CHECK(list_vm_dirs().empty());
+}
+
+TEST_CASE("vm.json round-trips and malformed ones are one-line errors", "[api][vm][state]") {
+    RunDir run;
+    const VmInfo info{"0123456789ab", 4242, 2, 1024, 1700000000000, "/images/root.ext4"};
+    CHECK(parse_vm_info(to_json(info)) == info);
+    std::filesystem::create_directories(run.dir.path());
+    const std::string path = run.dir.file("vm.json");
+    write_vm_info(path, info);
+    CHECK(read_vm_info(path) == info);
+    CHECK_THROWS_WITH(parse_vm_info("{"), "vm.json: not JSON");
+    CHECK_THROWS_WITH(parse_vm_info("[]"), "vm.json: not a JSON object");
+    CHECK_THROWS_WITH(parse_vm_info(R"({"id":"0123456789ab"})"), Catch::Contains("no \"pid\""));
+    CHECK_THROWS_WITH(parse_vm_info(R"({"id":"0123456789ab","pid":"x","cpus":1,"memory_mib":1,"created_unix_ms":0,"image":""})"),
+                      Catch::Contains("\"pid\" has the wrong type"));
+    CHECK_THROWS_WITH(parse_vm_info(R"({"id":"../x","pid":1,"cpus":1,"memory_mib":1,"created_unix_ms":0,"image":""})"),
+                      Catch::Contains("not a VM id"));
+    CHECK_THROWS_AS(read_vm_info(run.dir.file("missing.json")), SysError);
+}
+
+TEST_CASE("a run directory too long for Unix socket paths is refused with advice", "[api][vm][state]") {
+    RunDir run;
+    const std::string long_dir = run.dir.path() + "/" + std::string(100, 'd');
+    ::setenv("NANOVM_RUN_DIR", long_dir.c_str(), 1);
+    CHECK_THROWS_WITH(create_vm_dir(), Catch::Contains("too long") && Catch::Contains("NANOVM_RUN_DIR"));
+    CHECK_FALSE(exists(long_dir));
+}
