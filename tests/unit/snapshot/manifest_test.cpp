@@ -78,7 +78,7 @@ TEST_CASE("a truncated or corrupt manifest is refused naming the manifest", "[sn
             CHECK_THROWS_AS(decode_manifest(bad, "m"), SnapshotError);
         }
     }
-    CHECK(decode_error(text + "part x 1 00000000\n").find("m: line 4: text after the end line") == 0);
+    CHECK(decode_error(text + "part x 1 00000000\n").find("m: line 5: text after the end line") == 0);
 
     test::TempDir dir("badmanifest");
     write_text(dir.file("manifest"), text.substr(0, text.size() - 3));
