@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <filesystem>
 
 #include "snapshot/manifest.hpp"
@@ -25,9 +26,8 @@ double ms_since(Clock::time_point t) {
 
 std::string join(const std::string& dir, const char* name) { return (std::filesystem::path(dir) / name).string(); }
 
-// Makes `dir` exist and its entry in its parent durable.
+// Makes `dir`'s entry in its parent durable.
 void make_durable_dir(const std::string& dir) {
-    std::filesystem::create_directories(dir);
     std::string parent = std::filesystem::absolute(dir).lexically_normal().parent_path().string();
     if (parent.empty()) parent = "/";
     Fd fd(::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
@@ -35,22 +35,27 @@ void make_durable_dir(const std::string& dir) {
     if (::fsync(fd.get()) != 0) throw_errno("fsync " + parent);
 }
 
+void fsync_dir(const std::string& dir) {
+    Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!fd) throw_errno("open " + dir);
+    if (::fsync(fd.get()) != 0) throw_errno("fsync " + dir);
+}
+
 }  // namespace
 
 PendingSnapshot::PendingSnapshot(const std::string& dir, GuestMemory& memory, SnapshotContent content, CopyMode mode)
     : dir_(dir), memory_(memory), content_(std::move(content)), start_(Clock::now()) {
-    make_durable_dir(dir_);
-    remove_manifest(dir_);  // from here on the directory is not a snapshot until the new manifest
-    auto t = Clock::now();
-    write_file_atomic(join(dir_, kStateFileName), content_.state);
-    stats_.state_ms = ms_since(t);
-    test_stall_point("state");
-    builder_ = std::make_unique<LayerBuilder>(join(dir_, kLayerFileName), memory_.ram_bytes(), content_.parent,
-                                              content_.drop_zero_pages);
+    // Inside the pause: only what must see the memory as it is now. Nothing here
+    // waits for the disk; the fsyncs are in write_rest().
+    std::filesystem::create_directories(dir_);
+    const std::string manifest = join(dir_, kManifestFileName);
+    if (::unlink(manifest.c_str()) != 0 && errno != ENOENT) throw_errno("unlink " + manifest);
+    builder_ = std::make_unique<LayerBuilder>(join(dir_, kLayerFileName) + ".tmp", memory_.ram_bytes(),
+                                              content_.parent, content_.drop_zero_pages);
     if (mode == CopyMode::background) {
         std::string reason = WriteProtectCopy::unsupported_reason(memory_);
         if (reason.empty()) {
-            t = Clock::now();
+            const auto t = Clock::now();
             try {
                 copy_ = std::make_unique<WriteProtectCopy>(memory_, content_.pages, *builder_);
             } catch (const Error& e) {
@@ -67,29 +72,39 @@ PendingSnapshot::PendingSnapshot(const std::string& dir, GuestMemory& memory, Sn
         stats_.background = true;
         writer_ = std::thread([this] {
             try {
-                const auto tc = Clock::now();
-                copy_->copy_all();
-                stats_.wp_faults = copy_->faults();
-                copy_.reset();
-                stats_.memory_ms = ms_since(tc);
-                finish_layer();
+                write_rest();
             } catch (...) {
                 error_ = std::current_exception();
             }
         });
         return;
     }
-    t = Clock::now();
-    put_pages(*builder_, memory_, content_.pages);
-    stats_.memory_ms = ms_since(t);
-    finish_layer();
+    write_rest();
 }
 
-void PendingSnapshot::finish_layer() {
-    const auto t = Clock::now();
+void PendingSnapshot::write_rest() {
+    // The old manifest's removal is on disk before any part changes, so a crash
+    // leaves either the old complete snapshot or a directory without a manifest.
+    make_durable_dir(dir_);
+    fsync_dir(dir_);
+    auto t = Clock::now();
+    write_file_atomic(join(dir_, kStateFileName), content_.state);
+    stats_.state_write_ms = ms_since(t);
+    test_stall_point("state");
+    t = Clock::now();
+    if (copy_) {
+        copy_->copy_all();
+        stats_.wp_faults = copy_->faults();
+        copy_.reset();
+    } else {
+        put_pages(*builder_, memory_, content_.pages);
+    }
     const LayerWriteResult r = builder_->finish();
     builder_.reset();
-    stats_.memory_ms += ms_since(t);
+    const std::string layer = join(dir_, kLayerFileName);
+    if (::rename((layer + ".tmp").c_str(), layer.c_str()) != 0) throw_errno("rename " + layer + ".tmp");
+    fsync_dir(dir_);
+    stats_.memory_ms = ms_since(t);
     stats_.present_pages = r.present_pages;
     stats_.data_pages = r.data_pages;
     stats_.layer_checksum = r.checksum;

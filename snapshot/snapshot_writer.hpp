@@ -1,8 +1,12 @@
 // Writing a snapshot directory from what a pause produced (the encoded vm.state and
 // the set of pages to save), in the order that makes it durable (issue 5
-// "Durability"): any old manifest is removed first, then vm.state (atomic, fsync'd),
-// then the memory layer (fsync'd), then the manifest, last and atomically. A crash
-// at any step leaves a directory without a valid manifest, which restore refuses.
+// "Durability"): any old manifest is removed first (and that is fsync'd before any
+// part changes), then vm.state (atomic, fsync'd), then the memory layer (written
+// as memory.layer.tmp, fsync'd, renamed), then the manifest, last and atomically.
+// A crash at any step leaves a directory without a valid manifest, which restore
+// refuses (or, before the removal reached the disk, the old complete snapshot).
+// Only the unlink, opening the layer file and arming write-protect happen in the
+// pause; every fsync is after it.
 // The memory layer is copied either in the background under userfaultfd
 // write-protect (snapshot/wp_copy.hpp: the caller resumes the VM as soon as the
 // constructor returns) or, when that is not possible, right away in the caller's
@@ -35,10 +39,11 @@ struct SnapshotStats {
     uint64_t present_pages = 0;  ///< pages in the memory layer's bitmap (known once durable)
     uint64_t data_pages = 0;     ///< non-zero pages written (known once durable)
     uint32_t layer_checksum = 0; ///< the layer's header CRC (known once durable)
-    double state_ms = 0;         ///< capture + write of vm.state
+    double state_ms = 0;         ///< capture + encoding of vm.state (in the pause)
+    double state_write_ms = 0;   ///< writing vm.state (tmp, fsync, rename, fsync dir; after the pause)
     double dirty_ms = 0;         ///< KVM_GET_DIRTY_LOG + tracker, or the page scan
     double arm_ms = 0;           ///< registering + write-protecting guest RAM (background copy)
-    double memory_ms = 0;        ///< writing memory.layer (in the pause, or in the background)
+    double memory_ms = 0;        ///< writing memory.layer until fsync'd and renamed (after the pause when background)
     double durable_ms = 0;       ///< from the start of the writer until the manifest is on disk
     bool background = false;     ///< the layer was copied after the pause (write-protect)
     std::string fallback;        ///< why the copy stayed in the pause (empty if it did not have to)
@@ -65,8 +70,9 @@ struct SnapshotContent {
 class PendingSnapshot {
 public:
     /// Starts writing `content` of `memory` into directory `dir` (created if
-    /// missing). Throws SysError/Error for failures before it returns (vm.state,
-    /// creating the layer); later failures come out of wait_durable().
+    /// missing). Throws SysError/Error for failures before it returns (creating
+    /// the directory or the layer file; with the copy in the pause, any failure);
+    /// later failures come out of wait_durable().
     PendingSnapshot(const std::string& dir, GuestMemory& memory, SnapshotContent content, CopyMode mode);
     PendingSnapshot(const PendingSnapshot&) = delete;
     PendingSnapshot& operator=(const PendingSnapshot&) = delete;
@@ -88,7 +94,9 @@ public:
     const std::string& dir() const noexcept { return dir_; }
 
 private:
-    void finish_layer();  ///< after the last page: layer finish, manifest
+    /// Everything after the pause, in durable order: directory fsync, vm.state,
+    /// the layer (copied under write-protect, or here), its rename, the manifest.
+    void write_rest();
 
     std::string dir_;
     GuestMemory& memory_;
