@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <filesystem>
 #include <set>
@@ -163,9 +165,31 @@ ManifestPart describe_part(const std::string& dir, const std::string& name) {
     if (p.bytes == 0) return p;
     void* map = ::mmap(nullptr, p.bytes, PROT_READ, MAP_SHARED, fd.get(), 0);
     if (map == MAP_FAILED) throw_errno("mmap " + path);
-    ::madvise(map, p.bytes, MADV_SEQUENTIAL);
-    p.crc32c = crc32c({static_cast<const uint8_t*>(map), p.bytes});
+    const auto* bytes = static_cast<const uint8_t*>(map);
+    // Holes (a memory layer is mostly holes) count as the zeros they read as, but
+    // are not read: only the data extents are.
+    uint32_t crc = 0;
+    uint64_t at = 0;
+    while (at < p.bytes) {
+        off_t data = ::lseek(fd.get(), static_cast<off_t>(at), SEEK_DATA);
+        if (data < 0) {
+            if (errno != ENXIO) {
+                ::munmap(map, p.bytes);
+                throw_errno("lseek(SEEK_DATA) " + path);
+            }
+            data = static_cast<off_t>(p.bytes);  // only a hole is left
+        }
+        crc = crc32c_zeros(crc, static_cast<uint64_t>(data) - at);
+        at = static_cast<uint64_t>(data);
+        if (at >= p.bytes) break;
+        off_t hole = ::lseek(fd.get(), data, SEEK_HOLE);
+        if (hole < 0) hole = static_cast<off_t>(p.bytes);
+        const uint64_t end = std::min<uint64_t>(static_cast<uint64_t>(hole), p.bytes);
+        crc = crc32c({bytes + at, end - at}, crc);
+        at = end;
+    }
     ::munmap(map, p.bytes);
+    p.crc32c = crc;
     return p;
 }
 
