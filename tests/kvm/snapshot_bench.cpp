@@ -158,6 +158,7 @@ int run(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
 
     std::map<std::string, Series> s;
+    try {
     for (int r = 0; r < runs; ++r) {
         // pause / resume
         auto t = Clock::now();
@@ -219,6 +220,13 @@ int run(int argc, char** argv) {
         }
         std::filesystem::remove_all(full);
         std::filesystem::remove_all(diff);
+    }
+    } catch (...) {
+        // Stop the guest and its thread before the error leaves (a joinable thread would abort).
+        machine.resume();
+        machine.request_stop("bench failed");
+        runner.join();
+        throw;
     }
     machine.request_stop("bench done");
     runner.join();
