@@ -71,4 +71,47 @@ uint32_t crc32c(std::span<const uint8_t> bytes, uint32_t crc) noexcept {
     return ~crc_table(bytes.data(), bytes.size(), c);
 }
 
+namespace {
+
+constexpr uint32_t kReflectedPoly = 0x82F63B78u;
+
+// a * b modulo the polynomial, both reflected (bit 31 is x^0).
+uint32_t multmodp(uint32_t a, uint32_t b) noexcept {
+    uint32_t m = 1u << 31, p = 0;
+    for (;;) {
+        if (a & m) {
+            p ^= b;
+            if ((a & (m - 1)) == 0) break;
+        }
+        m >>= 1;
+        b = b & 1 ? (b >> 1) ^ kReflectedPoly : b >> 1;
+    }
+    return p;
+}
+
+// x^(n * 2^k) modulo the polynomial.
+uint32_t x2nmodp(uint64_t n, unsigned k) noexcept {
+    uint32_t table[32];
+    uint32_t p = 1u << 30;  // x^1
+    for (uint32_t& t : table) {
+        t = p;  // x^(2^i)
+        p = multmodp(p, p);
+    }
+    p = 1u << 31;  // x^0
+    while (n) {
+        if (n & 1) p = multmodp(table[k & 31], p);
+        n >>= 1;
+        ++k;
+    }
+    return p;
+}
+
+}  // namespace
+
+uint32_t crc32c_zeros(uint32_t crc, uint64_t zeros) noexcept {
+    if (zeros == 0) return crc;
+    // The register (~crc) times x^(8 * zeros): what feeding zero bytes does to it.
+    return ~multmodp(x2nmodp(zeros, 3), ~crc);
+}
+
 }  // namespace nanovm::snapshot

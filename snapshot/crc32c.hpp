@@ -13,6 +13,12 @@ namespace nanovm::snapshot {
 /// crc32c("123456789") == 0xE3069283.
 uint32_t crc32c(std::span<const uint8_t> bytes, uint32_t crc = 0) noexcept;
 
+/// The CRC-32C of the bytes seen by `crc` followed by `zeros` zero bytes, in
+/// O(log zeros) time: lets a sparse file's holes be checksummed without reading
+/// them. crc32c_zeros(crc32c(a), n) == crc32c(a + n zero bytes).
+/// Source: zlib crc32.c (multmodp, x2nmodp: multiplication by x^(8n) modulo the polynomial).
+uint32_t crc32c_zeros(uint32_t crc, uint64_t zeros) noexcept;
+
 /// crc32c over the bytes of a trivially copyable object.
 template <typename T>
 uint32_t crc32c_of(const T& value, uint32_t crc = 0) noexcept {

@@ -38,16 +38,6 @@ bool is_zero(const uint8_t* page) noexcept {
 
 bool bit(const std::vector<uint64_t>& bits, uint64_t p) noexcept { return bits[p / 64] >> (p % 64) & 1; }
 
-// Host pointer of linear page p.
-const uint8_t* page_host(const GuestMemory& memory, uint64_t p) {
-    for (const MemoryRegion& r : memory.regions()) {
-        const uint64_t pages = r.size / kPageSize;
-        if (p < pages) return r.host + p * kPageSize;
-        p -= pages;
-    }
-    throw Error("page index beyond guest RAM");
-}
-
 void pwrite_all(int fd, const uint8_t* data, uint64_t bytes, uint64_t offset, const std::string& path) {
     while (bytes > 0) {
         const ssize_t n = ::pwrite(fd, data, std::min<uint64_t>(bytes, 1ULL << 30), static_cast<off_t>(offset));
@@ -124,68 +114,134 @@ PageBitmap nonzero_pages(const GuestMemory& memory) {
     return out;
 }
 
-LayerWriteResult write_layer(const GuestMemory& memory, const PageBitmap& pages, const std::string& path,
-                             const std::optional<ParentRef>& parent) {
-    const uint64_t total = memory.ram_bytes() / kPageSize;
-    if (pages.size() != (total + 63) / 64)
-        throw Error(fmt::format("page bitmap of {} words for {} pages", pages.size(), total));
-    LayerHeader h = make_header(memory.ram_bytes(), 0);
-    if (parent) set_parent(h, *parent);
-    Fd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (!fd) throw_errno("open " + path);
+PageBitmap populated_pages(const GuestMemory& memory) {
+    if (memory.backing() != GuestMemory::Backing::memfd) return nonzero_pages(memory);
+    PageBitmap out((memory.ram_bytes() / kPageSize + 63) / 64, 0);
+    uint64_t first = 0;
+    for (const MemoryRegion& r : memory.regions()) {
+        off_t at = 0;
+        const off_t end = static_cast<off_t>(r.size);
+        while (at < end) {
+            const off_t data = ::lseek(r.memfd.get(), at, SEEK_DATA);
+            if (data < 0) {
+                if (errno == ENXIO) break;
+                throw_errno("lseek(SEEK_DATA) guest RAM");
+            }
+            off_t hole = ::lseek(r.memfd.get(), data, SEEK_HOLE);
+            if (hole < 0) throw_errno("lseek(SEEK_HOLE) guest RAM");
+            hole = std::min(hole, end);
+            const uint64_t to = (static_cast<uint64_t>(hole) + kPageSize - 1) / kPageSize;
+            for (uint64_t p = static_cast<uint64_t>(data) / kPageSize; p < to; ++p)
+                out[(first + p) / 64] |= 1ULL << ((first + p) % 64);
+            at = hole;
+        }
+        first += r.size / kPageSize;
+    }
+    return out;
+}
 
-    PageBitmap present(pages.size(), 0);
+LayerBuilder::LayerBuilder(const std::string& path, uint64_t ram_bytes, const std::optional<ParentRef>& parent,
+                           bool drop_zero_pages)
+    : path_(path), drop_zero_(drop_zero_pages) {
+    if (drop_zero_pages && parent) throw Error("a diff layer must keep its zero pages (they hide the parent's)");
+    header_ = make_header(ram_bytes, 0);
+    if (parent) set_parent(header_, *parent);
+    total_ = header_.total_pages;
+    kind_ = std::make_unique<std::atomic<uint8_t>[]>(total_);
+    for (uint64_t p = 0; p < total_; ++p) kind_[p].store(0, std::memory_order_relaxed);
+    crc_ = std::make_unique<uint32_t[]>(total_);
+    fd_ = Fd(::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!fd_) throw_errno("open " + path);
+}
+
+LayerBuilder::~LayerBuilder() = default;
+
+void LayerBuilder::put(uint64_t first, uint64_t count, const uint8_t* host) {
+    if (first > total_ || count > total_ - first)
+        throw Error(fmt::format("{}: pages [{}, +{}) beyond the {} pages of RAM", path_, first, count, total_));
+    uint64_t run = 0;  // data pages pending before page i
+    const auto flush = [&](uint64_t i) {
+        if (run)
+            pwrite_all(fd_.get(), host + (i - run) * kPageSize, run * kPageSize,
+                       header_.data_offset + (first + i - run) * kPageSize, path_);
+        run = 0;
+    };
+    for (uint64_t i = 0; i < count; ++i) {
+        const uint8_t* page = host + i * kPageSize;
+        if (is_zero(page)) {
+            flush(i);
+            kind_[first + i].store(1, std::memory_order_release);
+            continue;
+        }
+        crc_[first + i] = crc32c({page, kPageSize});
+        kind_[first + i].store(2, std::memory_order_release);
+        ++run;
+    }
+    flush(count);
+}
+
+LayerWriteResult LayerBuilder::finish() {
+    LayerHeader& h = header_;
+    PageBitmap present((total_ + 63) / 64, 0);
     std::vector<uint32_t> crcs;
     LayerWriteResult result;
     const uint32_t zero_crc = [] {
         std::vector<uint8_t> zero(kPageSize, 0);
         return crc32c(zero);
     }();
-    // Runs of consecutive non-zero pages that are contiguous in host memory go out
-    // in one pwrite straight from guest RAM.
-    const uint8_t* run_host = nullptr;
-    uint64_t run_first = 0, run_pages = 0;
-    const auto flush_run = [&] {
-        if (run_pages)
-            pwrite_all(fd.get(), run_host, run_pages * kPageSize, h.data_offset + run_first * kPageSize, path);
-        run_pages = 0;
-    };
-    for (uint64_t p = 0; p < total; ++p) {
-        if (!bit(pages, p)) continue;
+    for (uint64_t p = 0; p < total_; ++p) {
+        const uint8_t kind = kind_[p].load(std::memory_order_acquire);
+        if (kind == 0 || (kind == 1 && drop_zero_)) continue;
         present[p / 64] |= 1ULL << (p % 64);
         ++result.present_pages;
-        const uint8_t* host = page_host(memory, p);
-        if (is_zero(host)) {
-            crcs.push_back(zero_crc);
-            flush_run();
-            continue;
-        }
-        crcs.push_back(crc32c({host, kPageSize}));
-        ++result.data_pages;
-        if (run_pages && run_first + run_pages == p && run_host + run_pages * kPageSize == host) {
-            ++run_pages;
-        } else {
-            flush_run();
-            run_host = host;
-            run_first = p;
-            run_pages = 1;
-        }
+        if (kind == 2) ++result.data_pages;
+        crcs.push_back(kind == 2 ? crc_[p] : zero_crc);
     }
-    flush_run();
-
     h.present_pages = result.present_pages;
-    h.bitmap_offset = h.data_offset + total * kPageSize;
+    h.bitmap_offset = h.data_offset + total_ * kPageSize;
     h.bitmap_bytes = present.size() * 8;
     h.crc_table_offset = h.bitmap_offset + h.bitmap_bytes;
     h.crc_table_bytes = crcs.size() * 4;
     h.bitmap_crc = crc32c({reinterpret_cast<const uint8_t*>(present.data()), h.bitmap_bytes});
     h.crc_table_crc = crc32c({reinterpret_cast<const uint8_t*>(crcs.data()), h.crc_table_bytes});
-    pwrite_all(fd.get(), reinterpret_cast<const uint8_t*>(present.data()), h.bitmap_bytes, h.bitmap_offset, path);
-    pwrite_all(fd.get(), reinterpret_cast<const uint8_t*>(crcs.data()), h.crc_table_bytes, h.crc_table_offset, path);
-    write_header(fd.get(), h, path);
-    if (::fdatasync(fd.get()) != 0) throw_errno("fdatasync " + path);
+    pwrite_all(fd_.get(), reinterpret_cast<const uint8_t*>(present.data()), h.bitmap_bytes, h.bitmap_offset, path_);
+    pwrite_all(fd_.get(), reinterpret_cast<const uint8_t*>(crcs.data()), h.crc_table_bytes, h.crc_table_offset, path_);
+    write_header(fd_.get(), h, path_);
+    if (::fdatasync(fd_.get()) != 0) throw_errno("fdatasync " + path_);
     result.checksum = h.header_crc;
     return result;
+}
+
+LayerWriteResult write_layer(const GuestMemory& memory, const PageBitmap& pages, const std::string& path,
+                             const std::optional<ParentRef>& parent) {
+    const uint64_t total = memory.ram_bytes() / kPageSize;
+    if (pages.size() != (total + 63) / 64)
+        throw Error(fmt::format("page bitmap of {} words for {} pages", pages.size(), total));
+    LayerBuilder builder(path, memory.ram_bytes(), parent, false);
+    put_pages(builder, memory, pages);
+    return builder.finish();
+}
+
+void put_pages(LayerBuilder& builder, const GuestMemory& memory, const PageBitmap& pages) {
+    if (pages.size() != (memory.ram_bytes() / kPageSize + 63) / 64)
+        throw Error(fmt::format("page bitmap of {} words for {} bytes of RAM", pages.size(), memory.ram_bytes()));
+    // Runs of consecutive pages contiguous in host memory go out in one put.
+    uint64_t first = 0;
+    for (const MemoryRegion& r : memory.regions()) {
+        const uint64_t pages_in = r.size / kPageSize;
+        uint64_t p = 0;
+        while (p < pages_in) {
+            if (!bit(pages, first + p)) {
+                ++p;
+                continue;
+            }
+            uint64_t n = 1;
+            while (p + n < pages_in && bit(pages, first + p + n)) ++n;
+            builder.put(first + p, n, r.host + p * kPageSize);
+            p += n;
+        }
+        first += pages_in;
+    }
 }
 
 LayerFile LayerFile::open(const std::string& path) {

@@ -13,7 +13,9 @@
 // bitmap: the restore "file" backend maps it MAP_PRIVATE.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -71,6 +73,49 @@ using PageBitmap = std::vector<uint64_t>;
 /// (SEEK_DATA/SEEK_HOLE) are read; other backings are read page by page through
 /// the mapping (a lazily filled memory is faulted in).
 PageBitmap nonzero_pages(const GuestMemory& memory);
+
+/// The pages of `memory` that may hold data, without reading them: for
+/// Backing::memfd the memfd's data extents (SEEK_DATA/SEEK_HOLE; a page written
+/// and then zeroed is included), for other backings nonzero_pages(memory). Cheap
+/// enough to run inside a snapshot's pause.
+PageBitmap populated_pages(const GuestMemory& memory);
+
+/// Builds a layer file page by page, from one thread or several (each page is put
+/// at most once), then finish() writes the bitmap, CRC table and header and
+/// fdatasyncs. write_layer and the background copy (snapshot/wp_copy.hpp) use it.
+class LayerBuilder {
+public:
+    /// Creates (truncates) `path` for a layer of `ram_bytes` of RAM. With
+    /// `drop_zero_pages` (base layers only: absent = zero) zero pages are left out of
+    /// the bitmap; otherwise they are present, as holes. Throws SysError, Error.
+    LayerBuilder(const std::string& path, uint64_t ram_bytes, const std::optional<ParentRef>& parent,
+                 bool drop_zero_pages);
+    LayerBuilder(const LayerBuilder&) = delete;
+    LayerBuilder& operator=(const LayerBuilder&) = delete;
+    ~LayerBuilder();
+
+    /// Stores linear pages [first, first + count), whose bytes are contiguous at
+    /// `host` and must not change during the call. Zero pages stay holes. Thread-safe
+    /// for distinct pages. Throws SysError("pwrite <path>").
+    void put(uint64_t first, uint64_t count, const uint8_t* host);
+    /// Writes bitmap, CRC table and header; fdatasync. Call once, after every put.
+    LayerWriteResult finish();
+    const std::string& path() const noexcept { return path_; }
+
+private:
+    std::string path_;
+    Fd fd_;
+    LayerHeader header_{};
+    bool drop_zero_ = false;
+    uint64_t total_ = 0;
+    /// Per page: 0 not put, 1 zero, 2 data.
+    std::unique_ptr<std::atomic<uint8_t>[]> kind_;
+    std::unique_ptr<uint32_t[]> crc_;  ///< per page, valid when kind_ == 2
+};
+
+/// Puts the pages set in `pages` (a bitmap over the linear pages) of `memory` into
+/// `builder`, runs of consecutive pages in one call. Throws as LayerBuilder::put.
+void put_pages(LayerBuilder& builder, const GuestMemory& memory, const PageBitmap& pages);
 
 /// Writes a layer of `memory` holding the pages set in `pages` to `path` (created
 /// or truncated, then fsync'd). Zero pages stay holes but are marked present.

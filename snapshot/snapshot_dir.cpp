@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "snapshot/crc32c.hpp"
+#include "snapshot/manifest.hpp"
 #include "snapshot/snapshot_error.hpp"
 #include "snapshot/state_file.hpp"
 #include "snapshot/vm_state.hpp"
@@ -24,11 +26,11 @@ double ms_since(Clock::time_point t) {
 
 std::string join(const std::string& dir, const char* name) { return (std::filesystem::path(dir) / name).string(); }
 
-void write_state(const Kvm& kvm, Machine& machine, const std::string& dir, SnapshotStats& stats) {
+std::vector<uint8_t> capture_state(const Kvm& kvm, Machine& machine, double& ms) {
     const auto t = Clock::now();
-    const VmState state = capture_vm_state(kvm, machine);
-    write_file_atomic(join(dir, kStateFileName), encode_vm_state(state));
-    stats.state_ms = ms_since(t);
+    std::vector<uint8_t> bytes = encode_vm_state(capture_vm_state(kvm, machine));
+    ms = ms_since(t);
+    return bytes;
 }
 
 }  // namespace
@@ -53,47 +55,56 @@ PageBitmap collect_dirty_pages(Machine& machine, DirtyTracker* tracker) {
     return out;
 }
 
-SnapshotStats write_full_snapshot(const Kvm& kvm, Machine& machine, const std::string& dir, DirtyTracker* tracker) {
-    std::filesystem::create_directories(dir);
-    SnapshotStats stats;
-    write_state(kvm, machine, dir, stats);
-    auto t = Clock::now();
+std::unique_ptr<PendingSnapshot> start_full_snapshot(const Kvm& kvm, Machine& machine, const std::string& dir,
+                                                     DirtyTracker* tracker, CopyMode mode) {
+    SnapshotContent content;
+    double state_ms = 0;
+    content.state = capture_state(kvm, machine, state_ms);
+    const auto t = Clock::now();
     if (machine.config().log_dirty_pages) (void)collect_dirty_pages(machine, tracker);  // start a new epoch
-    const PageBitmap pages = nonzero_pages(machine.memory());
-    stats.dirty_ms = ms_since(t);
-    t = Clock::now();
-    const LayerWriteResult r = write_layer(machine.memory(), pages, join(dir, kLayerFileName), std::nullopt);
-    stats.memory_ms = ms_since(t);
-    stats.present_pages = r.present_pages;
-    stats.data_pages = r.data_pages;
-    stats.layer_checksum = r.checksum;
-    return stats;
+    content.pages = populated_pages(machine.memory());
+    content.drop_zero_pages = true;
+    const double dirty_ms = ms_since(t);
+    auto pending = std::make_unique<PendingSnapshot>(dir, machine.memory(), std::move(content), mode);
+    pending->add_pause_figures(state_ms, dirty_ms);
+    return pending;
 }
 
-SnapshotStats write_diff_snapshot(const Kvm& kvm, Machine& machine, const std::string& dir,
-                                  const std::string& parent_dir, DirtyTracker* tracker) {
+std::unique_ptr<PendingSnapshot> start_diff_snapshot(const Kvm& kvm, Machine& machine, const std::string& dir,
+                                                     const std::string& parent_dir, DirtyTracker* tracker,
+                                                     CopyMode mode) {
     if (!machine.config().log_dirty_pages)
         throw Error("diff snapshot: the machine does not log dirty pages (MachineConfig::log_dirty_pages)");
-    std::filesystem::create_directories(dir);
+    if (!is_durable(parent_dir))
+        throw SnapshotError(fmt::format("diff snapshot: parent {} has no valid manifest (not durable yet, or not a "
+                                        "snapshot)",
+                                        parent_dir));
     const std::string parent_layer = join(parent_dir, kLayerFileName);
     const LayerFile parent = LayerFile::open(parent_layer);
     if (parent.header().ram_bytes != machine.memory().ram_bytes())
         throw SnapshotError(fmt::format("{}: parent layer has a different RAM size", parent_layer));
-    const std::string relative =
-        std::filesystem::relative(std::filesystem::absolute(parent_layer), std::filesystem::absolute(dir)).string();
-    SnapshotStats stats;
-    write_state(kvm, machine, dir, stats);
-    auto t = Clock::now();
-    const PageBitmap pages = collect_dirty_pages(machine, tracker);
-    stats.dirty_ms = ms_since(t);
-    t = Clock::now();
-    const LayerWriteResult r =
-        write_layer(machine.memory(), pages, join(dir, kLayerFileName), ParentRef{relative, parent.checksum()});
-    stats.memory_ms = ms_since(t);
-    stats.present_pages = r.present_pages;
-    stats.data_pages = r.data_pages;
-    stats.layer_checksum = r.checksum;
-    return stats;
+    std::filesystem::create_directories(dir);
+    SnapshotContent content;
+    content.parent = ParentRef{
+        std::filesystem::relative(std::filesystem::absolute(parent_layer), std::filesystem::absolute(dir)).string(),
+        parent.checksum()};
+    double state_ms = 0;
+    content.state = capture_state(kvm, machine, state_ms);
+    const auto t = Clock::now();
+    content.pages = collect_dirty_pages(machine, tracker);
+    const double dirty_ms = ms_since(t);
+    auto pending = std::make_unique<PendingSnapshot>(dir, machine.memory(), std::move(content), mode);
+    pending->add_pause_figures(state_ms, dirty_ms);
+    return pending;
+}
+
+SnapshotStats write_full_snapshot(const Kvm& kvm, Machine& machine, const std::string& dir, DirtyTracker* tracker) {
+    return start_full_snapshot(kvm, machine, dir, tracker, CopyMode::in_pause)->wait_durable();
+}
+
+SnapshotStats write_diff_snapshot(const Kvm& kvm, Machine& machine, const std::string& dir,
+                                  const std::string& parent_dir, DirtyTracker* tracker) {
+    return start_diff_snapshot(kvm, machine, dir, parent_dir, tracker, CopyMode::in_pause)->wait_durable();
 }
 
 std::string ensure_flat_memory(const std::string& dir) {
@@ -125,9 +136,19 @@ struct StopTarget {
 RestoredMachine restore_snapshot(const Kvm& kvm, const std::string& dir, MemoryBackend backend) {
     RestoredMachine out;
     auto t = Clock::now();
+    const Manifest manifest = read_manifest(dir);
+    check_parts(dir, manifest, PartCheck::sizes);
     const std::string state_path = join(dir, kStateFileName);
     const std::vector<uint8_t> bytes = read_whole_file(state_path);
     const VmState state = decode_vm_state(bytes, state_path);
+    const ManifestPart* listed = manifest.find(kStateFileName);
+    if (!listed) throw SnapshotError(fmt::format("{}/{}: vm.state is not listed", dir, kManifestFileName));
+    if (crc32c(bytes) != listed->crc32c)
+        throw SnapshotError(fmt::format("{}: part checksum mismatch (crc32c {:08x}, the manifest says {:08x}): corrupt "
+                                        "part",
+                                        state_path, crc32c(bytes), listed->crc32c));
+    if (!manifest.find(kLayerFileName))
+        throw SnapshotError(fmt::format("{}/{}: memory.layer is not listed", dir, kManifestFileName));
     out.state_ms = ms_since(t);
 
     t = Clock::now();

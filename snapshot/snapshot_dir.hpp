@@ -1,8 +1,10 @@
-// A snapshot directory of this first slice: `vm.state` (snapshot/vm_state.hpp) and
-// `memory.layer` (snapshot/memory_layer.hpp), plus `memory.flat` once the "file"
-// restore backend has flattened the layer chain. The manifest, device states and
-// disk layers come later (issue 5). Taking one needs a paused Machine; restoring
-// one makes a fresh Machine in this process that has not run yet.
+// A snapshot directory: `manifest` (snapshot/manifest.hpp, written last),
+// `vm.state` (snapshot/vm_state.hpp) and `memory.layer` (snapshot/memory_layer.hpp),
+// plus `memory.flat` once the "file" restore backend has flattened the layer chain
+// (a cache, not a part). Device states and disk layers come later (issue 5).
+// Taking one needs a paused Machine; the memory copy may run on after the VM
+// resumes (start_*_snapshot). Restoring one makes a fresh Machine in this process
+// that has not run yet; a directory without a valid manifest is refused.
 #pragma once
 
 #include <functional>
@@ -10,6 +12,7 @@
 #include <string>
 
 #include "snapshot/memory_layer.hpp"
+#include "snapshot/snapshot_writer.hpp"
 #include "snapshot/uffd_backend.hpp"
 #include "vmm/dirty_tracker.hpp"
 #include "vmm/kvm.hpp"
@@ -17,19 +20,7 @@
 
 namespace nanovm::snapshot {
 
-inline constexpr const char* kStateFileName = "vm.state";
-inline constexpr const char* kLayerFileName = "memory.layer";
 inline constexpr const char* kFlatFileName = "memory.flat";
-
-/// What a snapshot wrote and how long its parts took (ms, steady clock).
-struct SnapshotStats {
-    uint64_t present_pages = 0;  ///< pages in the memory layer's bitmap
-    uint64_t data_pages = 0;     ///< non-zero pages written
-    uint32_t layer_checksum = 0;
-    double state_ms = 0;         ///< capture + write of vm.state
-    double dirty_ms = 0;         ///< KVM_GET_DIRTY_LOG + tracker (or the non-zero scan)
-    double memory_ms = 0;        ///< writing memory.layer
-};
 
 /// The pages written since the last call (or since logging began): KVM_GET_DIRTY_LOG
 /// of every memslot (which also clears it; KVM API doc 4.8) OR-ed with `tracker`
@@ -37,16 +28,30 @@ struct SnapshotStats {
 /// Needs MachineConfig::log_dirty_pages. Throws SysError("KVM_GET_DIRTY_LOG").
 PageBitmap collect_dirty_pages(Machine& machine, DirtyTracker* tracker);
 
-/// Full snapshot of a paused `machine` into directory `dir` (created if missing):
-/// vm.state and a base memory layer of the non-zero pages. With log_dirty_pages it
-/// first clears the dirty log and `tracker`, so a later diff snapshot holds exactly
-/// what changed after this one.
+/// Starts a full snapshot of a paused `machine` into directory `dir` (created if
+/// missing): vm.state now, and a base memory layer of the non-zero pages, copied in
+/// the background under userfaultfd write-protect (CopyMode::background, when the
+/// memory allows it) or before returning. The caller may resume the machine as soon
+/// as this returns; PendingSnapshot::wait_durable() says when it is on disk. With
+/// log_dirty_pages it first clears the dirty log and `tracker`, so a later diff
+/// snapshot holds exactly what changed after this one (writes made during the
+/// background copy included). The Machine must outlive the PendingSnapshot.
+std::unique_ptr<PendingSnapshot> start_full_snapshot(const Kvm& kvm, Machine& machine, const std::string& dir,
+                                                     DirtyTracker* tracker, CopyMode mode = CopyMode::background);
+
+/// Starts a diff snapshot of a paused `machine` into `dir`: vm.state and a memory
+/// layer of the pages collect_dirty_pages reports, whose parent is `parent_dir`'s
+/// layer (referred to by relative path and checksum). The parent must be durable
+/// and be the last snapshot taken of this machine, or the one it was restored from.
+/// Throws SnapshotError if the parent has no valid manifest.
+std::unique_ptr<PendingSnapshot> start_diff_snapshot(const Kvm& kvm, Machine& machine, const std::string& dir,
+                                                     const std::string& parent_dir, DirtyTracker* tracker,
+                                                     CopyMode mode = CopyMode::background);
+
+/// start_full_snapshot with the copy inside the pause, waited until durable.
 SnapshotStats write_full_snapshot(const Kvm& kvm, Machine& machine, const std::string& dir, DirtyTracker* tracker);
 
-/// Diff snapshot of a paused `machine` into `dir`: vm.state and a memory layer of
-/// the pages collect_dirty_pages reports, whose parent is `parent_dir`'s layer
-/// (referred to by relative path and checksum). The parent must be the last
-/// snapshot taken of this machine, or the one it was restored from.
+/// start_diff_snapshot with the copy inside the pause, waited until durable.
 SnapshotStats write_diff_snapshot(const Kvm& kvm, Machine& machine, const std::string& dir,
                                   const std::string& parent_dir, DirtyTracker* tracker);
 
@@ -67,7 +72,11 @@ struct RestoredMachine {
 
 /// Restores `dir` into a new Machine (shape from vm.state; memslots with
 /// log_dirty_pages so that it can be snapshotted again, as a diff over `dir` or in
-/// full). Throws SnapshotError naming the corrupt or inconsistent part, SysError.
+/// full). Checks first: the manifest ("incomplete snapshot (no manifest): DIR"
+/// otherwise), every part's size, vm.state's CRC-32C against the manifest, the
+/// layer chain's own checksums (header, bitmap, CRC table; each page when it is
+/// read: all of them by the file backend's flatten, on first touch by uffd).
+/// Throws SnapshotError naming the corrupt or inconsistent part, SysError.
 RestoredMachine restore_snapshot(const Kvm& kvm, const std::string& dir, MemoryBackend backend);
 
 /// Makes sure dir/memory.flat is the flattened chain of dir/memory.layer (rebuilt

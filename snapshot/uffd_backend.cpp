@@ -15,28 +15,10 @@
 #include <fmt/format.h>
 
 #include "snapshot/snapshot_error.hpp"
+#include "snapshot/userfaultfd.hpp"
 #include "vmm/error.hpp"
 
 namespace nanovm::snapshot {
-
-namespace {
-
-// userfaultfd(2) without UFFD_USER_MODE_ONLY: KVM's own accesses (get_user_pages
-// from a vCPU) must fault to us too. Falls back to /dev/userfaultfd (Linux 6.1)
-// where the syscall is restricted to privileged users.
-Fd open_userfaultfd() {
-    const int fd = static_cast<int>(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK));
-    if (fd >= 0) return Fd(fd);
-    const int syscall_errno = errno;
-    Fd dev(::open("/dev/userfaultfd", O_RDWR | O_CLOEXEC));
-    if (dev) {
-        const int made = ::ioctl(dev.get(), USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
-        if (made >= 0) return Fd(made);
-    }
-    throw SysError("userfaultfd", syscall_errno);
-}
-
-}  // namespace
 
 UffdServer::UffdServer(GuestMemory& memory, LayerChain chain, std::function<void(const std::string&)> on_error)
     : chain_(std::move(chain)), on_error_(std::move(on_error)) {

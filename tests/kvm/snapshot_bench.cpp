@@ -7,7 +7,9 @@
 // starts; the guest's two counter loops (tests/kvm/snapshot_probe.hpp) keep
 // dirtying 2 x 2048 pages while it runs. The 16 MiB for the diff snapshot are
 // written by the VMM through a DirtyTracker while the guest runs.
-// Usage: snapshot_bench --dir DIR [--runs N] [--where native|testhost] [--memory-only]
+// Usage: snapshot_bench --dir DIR [--runs N] [--where native|testhost] [--copy background|in-pause] [--memory-only]
+// --copy in-pause keeps the memory copy inside the pause (the first slice's way),
+// for before/after figures in one run; the default copies it in the background.
 // --memory-only needs no /dev/kvm: it times just the memory-file side (non-zero
 // scan + base layer write, 16 MiB diff layer, flatten, map of the flat file) of the
 // same 1024 MiB memory with 256 MiB written, so it runs on any build machine.
@@ -119,6 +121,7 @@ int run(int argc, char** argv) {
     std::string dir, where = "unknown", child = NANOVM_SNAPSHOT_CHILD;
     int runs = 3;
     bool only_memory = false;
+    snapshot::CopyMode mode = snapshot::CopyMode::background;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--memory-only") {
@@ -128,7 +131,13 @@ int run(int argc, char** argv) {
         if (a == "--dir" && i + 1 < argc) dir = argv[++i];
         else if (a == "--runs" && i + 1 < argc) runs = std::stoi(argv[++i]);
         else if (a == "--where" && i + 1 < argc) where = argv[++i];
-        else throw Error("usage: snapshot_bench --dir DIR [--runs N] [--where native|testhost]");
+        else if (a == "--copy" && i + 1 < argc) {
+            const std::string m = argv[++i];
+            if (m != "background" && m != "in-pause") throw Error("--copy is background or in-pause");
+            mode = m == "background" ? snapshot::CopyMode::background : snapshot::CopyMode::in_pause;
+        } else
+            throw Error("usage: snapshot_bench --dir DIR [--runs N] [--where native|testhost] [--copy background|in-pause] "
+                        "[--memory-only]");
     }
     if (dir.empty()) throw Error("--dir is required");
     std::filesystem::create_directories(dir);
@@ -149,6 +158,7 @@ int run(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
 
     std::map<std::string, Series> s;
+    try {
     for (int r = 0; r < runs; ++r) {
         // pause / resume
         auto t = Clock::now();
@@ -159,18 +169,25 @@ int run(int argc, char** argv) {
         s["resume"].values.push_back(ms_since(t));
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
 
-        // full snapshot of the running VM (pause + state + memory + resume); the
-        // copy is inside the pause in this slice, so "paused" differs by the resume.
+        // full snapshot of the running VM: pause, capture state + write-protect
+        // memory, resume; the layer is copied in the background until durable.
         const std::string full = fmt::format("{}/full{}", dir, r);
         t = Clock::now();
         machine.pause();
         const auto tp = Clock::now();
-        const snapshot::SnapshotStats stats = snapshot::write_full_snapshot(kvm, machine, full, &tracker);
+        auto pending = snapshot::start_full_snapshot(kvm, machine, full, &tracker, mode);
         s["snapshot_paused"].values.push_back(ms_since(tp));
         machine.resume();
         s["snapshot"].values.push_back(ms_since(t));
+        const snapshot::SnapshotStats stats = pending->wait_durable();
+        s["durable"].values.push_back(ms_since(t));
+        pending.reset();
+        if (!stats.fallback.empty()) std::cout << "fallback: " << stats.fallback << "\n";
         s["snapshot_state"].values.push_back(stats.state_ms);
-        s["snapshot_memory"].values.push_back(stats.memory_ms + stats.dirty_ms);
+        s["snapshot_scan"].values.push_back(stats.dirty_ms);
+        s["snapshot_arm"].values.push_back(stats.arm_ms);
+        s["snapshot_copy"].values.push_back(stats.memory_ms);
+        s["snapshot_wp_faults"].values.push_back(static_cast<double>(stats.wp_faults));
         s["snapshot_pages"].values.push_back(static_cast<double>(stats.data_pages));
 
         // 16 MiB more, written by the VMM through the tracker while the guest runs
@@ -179,9 +196,12 @@ int run(int argc, char** argv) {
         const std::string diff = fmt::format("{}/diff{}", dir, r);
         t = Clock::now();
         machine.pause();
-        const snapshot::SnapshotStats dstats = snapshot::write_diff_snapshot(kvm, machine, diff, full, &tracker);
+        auto dpending = snapshot::start_diff_snapshot(kvm, machine, diff, full, &tracker, mode);
         machine.resume();
         s["diff_snapshot"].values.push_back(ms_since(t));
+        const snapshot::SnapshotStats dstats = dpending->wait_durable();
+        s["diff_durable"].values.push_back(ms_since(t));
+        dpending.reset();
         s["diff_pages"].values.push_back(static_cast<double>(dstats.present_pages));
 
         // the flat file for the file backend (part of time-to-durable of the snapshot path)
@@ -201,18 +221,26 @@ int run(int argc, char** argv) {
         std::filesystem::remove_all(full);
         std::filesystem::remove_all(diff);
     }
+    } catch (...) {
+        // Stop the guest and its thread before the error leaves (a joinable thread would abort).
+        machine.resume();
+        machine.request_stop("bench failed");
+        runner.join();
+        throw;
+    }
     machine.request_stop("bench done");
     runner.join();
 
-    std::cout << fmt::format("snapshot bench ({}), 1024 MiB / 2 vCPU probe, 256 MiB non-zero, {} runs\n", where, runs);
+    std::cout << fmt::format("snapshot bench ({}), 1024 MiB / 2 vCPU probe, 256 MiB non-zero, {} runs, copy {}\n", where,
+                             runs, mode == snapshot::CopyMode::background ? "background" : "in-pause");
     print(s);
     const auto key = [&](const char* k, const char* name) {
         return fmt::format(", \"nanovm_{}_ms\": {:.3f}, \"nanovm_{}_p99_ms\": {:.3f}", k, s[name].median(), k,
                            s[name].p99());
     };
     std::cout << "{\"case\": \"snapshot\", \"where\": \"" << where << "\"" << key("snapshot", "snapshot")
-              << key("snapshot_paused", "snapshot_paused") << key("durable", "snapshot")
-              << key("diff_snapshot", "diff_snapshot") << key("flatten", "flatten")
+              << key("snapshot_paused", "snapshot_paused") << key("durable", "durable")
+              << key("diff_snapshot", "diff_snapshot") << key("diff_durable", "diff_durable") << key("flatten", "flatten")
               << key("restore_file", "restore_file") << key("restore_uffd", "restore_uffd")
               << key("pause", "pause") << key("resume", "resume") << "}" << std::endl;
     return reason.kind == StopReason::Kind::requested ? 0 : 1;

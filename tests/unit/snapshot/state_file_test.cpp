@@ -50,6 +50,18 @@ TEST_CASE("crc32c matches the RFC 3720 check value", "[snapshot][unit]") {
     CHECK(crc32c({p + 4, 5}, crc32c({p, 4})) == 0xE3069283u);
 }
 
+TEST_CASE("crc32c_zeros extends a CRC over zero bytes without reading them", "[snapshot][unit]") {
+    const std::string check = "123456789";
+    const auto* p = reinterpret_cast<const uint8_t*>(check.data());
+    for (const uint64_t n : {uint64_t{0}, uint64_t{1}, uint64_t{7}, uint64_t{4096}, uint64_t{100003}, uint64_t{1} << 20}) {
+        std::vector<uint8_t> bytes(check.begin(), check.end());
+        bytes.resize(bytes.size() + n, 0);
+        INFO(n << " zero bytes");
+        CHECK(crc32c_zeros(crc32c({p, 9}), n) == crc32c(bytes));
+        CHECK(crc32c_zeros(0, n) == crc32c({bytes.data() + 9, n}));  // zeros from the start
+    }
+}
+
 TEST_CASE("a state file round-trips its sections in order", "[snapshot][unit]") {
     const std::vector<uint8_t> file = sample_file();
     const auto sections = parse_state_file(file, "vm.state");

@@ -1,0 +1,82 @@
+// The manifest of a snapshot directory (DESIGN.md "snapshot/", issue 5
+// "Durability"): the list of every part (vm.state, memory layers, later disk
+// layers) with its size and CRC-32C, written LAST and atomically (manifest.tmp,
+// fsync, rename, fsync of the directory). A directory is a snapshot only if it has
+// a valid manifest; a snapshot is durable exactly when its manifest exists, since
+// every part was fsync'd before the manifest was written.
+//
+// Format (text, one record a line, '\n' endings, at most kMaxManifestBytes):
+//   nanovm-manifest 1
+//   part <name> <bytes> <crc32c as 8 lower-case hex digits>     (1..kMaxParts lines)
+//   end <crc32c of every byte before this line, 8 hex digits>
+// <name> is a plain file name in the snapshot directory ([A-Za-z0-9._-], 1..64
+// bytes, not "." or ".."); <bytes> decimal. The checksum is CRC-32C (Castagnoli,
+// snapshot/crc32c.hpp) of the whole part file, holes read as zeros.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace nanovm::snapshot {
+
+inline constexpr const char* kManifestFileName = "manifest";
+inline constexpr uint32_t kManifestVersion = 1;
+inline constexpr size_t kMaxParts = 64;
+inline constexpr size_t kMaxManifestBytes = 64 * 1024;
+
+/// One part of a snapshot: a file of the snapshot directory.
+struct ManifestPart {
+    std::string name;    ///< file name inside the snapshot directory
+    uint64_t bytes = 0;  ///< file size in bytes
+    uint32_t crc32c = 0; ///< CRC-32C of the whole file
+    bool operator==(const ManifestPart&) const = default;
+};
+
+/// The parsed manifest.
+struct Manifest {
+    std::vector<ManifestPart> parts;
+    /// The entry named `name`, or nullptr.
+    const ManifestPart* find(std::string_view name) const noexcept;
+};
+
+/// The manifest's text (format above). Throws Error for a bad part name or too many parts.
+std::string encode_manifest(const Manifest& manifest);
+/// Parses and checks manifest text (`where` names it in errors). Throws
+/// SnapshotError("<where>: line N: ...") for anything malformed, truncated, a
+/// checksum mismatch, duplicate or unsafe names, or a newer version.
+Manifest decode_manifest(std::string_view text, const std::string& where);
+
+/// Size and CRC-32C of file `dir`/`name` (reads it whole). Throws SysError.
+ManifestPart describe_part(const std::string& dir, const std::string& name);
+
+/// Describes `names` and writes `dir`/manifest atomically (tmp, fsync, rename,
+/// fsync dir). The parts must already be fsync'd. Honours the test stall points
+/// "manifest-tmp" (tmp written and fsync'd, not yet renamed). Returns what it wrote.
+Manifest write_manifest(const std::string& dir, const std::vector<std::string>& names);
+
+/// Removes `dir`/manifest if present and fsyncs `dir`, so that a snapshot being
+/// rewritten is never taken for the old one. Throws SysError.
+void remove_manifest(const std::string& dir);
+
+/// Reads `dir`/manifest. Throws SnapshotError "incomplete snapshot (no manifest):
+/// <dir>" when it is missing, or naming the manifest when it is corrupt.
+Manifest read_manifest(const std::string& dir);
+
+/// How much of each part check_parts reads.
+enum class PartCheck {
+    full,   ///< size and CRC-32C of every part
+    sizes,  ///< sizes only (memory layers carry their own per-page CRCs)
+};
+
+/// Checks every part listed in `manifest` against the files in `dir`: present, of
+/// the recorded size, and (PartCheck::full) of the recorded CRC-32C. Throws
+/// SnapshotError naming the part: "<dir>/<name>: part checksum mismatch ...".
+void check_parts(const std::string& dir, const Manifest& manifest, PartCheck check);
+
+/// True if `dir` holds a valid manifest (does not read the parts).
+bool is_durable(const std::string& dir);
+
+}  // namespace nanovm::snapshot

@@ -1,0 +1,135 @@
+#include "snapshot/snapshot_writer.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+
+#include "snapshot/manifest.hpp"
+#include "snapshot/state_file.hpp"
+#include "snapshot/test_stall.hpp"
+#include "snapshot/wp_copy.hpp"
+#include "vmm/error.hpp"
+#include "vmm/fd.hpp"
+#include "vmm/log.hpp"
+
+namespace nanovm::snapshot {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+std::string join(const std::string& dir, const char* name) { return (std::filesystem::path(dir) / name).string(); }
+
+// Makes `dir`'s entry in its parent durable.
+void make_durable_dir(const std::string& dir) {
+    std::string parent = std::filesystem::absolute(dir).lexically_normal().parent_path().string();
+    if (parent.empty()) parent = "/";
+    Fd fd(::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!fd) throw_errno("open " + parent);
+    if (::fsync(fd.get()) != 0) throw_errno("fsync " + parent);
+}
+
+void fsync_dir(const std::string& dir) {
+    Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!fd) throw_errno("open " + dir);
+    if (::fsync(fd.get()) != 0) throw_errno("fsync " + dir);
+}
+
+}  // namespace
+
+PendingSnapshot::PendingSnapshot(const std::string& dir, GuestMemory& memory, SnapshotContent content, CopyMode mode)
+    : dir_(dir), memory_(memory), content_(std::move(content)), start_(Clock::now()) {
+    // Inside the pause: only what must see the memory as it is now. Nothing here
+    // waits for the disk; the fsyncs are in write_rest().
+    std::filesystem::create_directories(dir_);
+    const std::string manifest = join(dir_, kManifestFileName);
+    if (::unlink(manifest.c_str()) != 0 && errno != ENOENT) throw_errno("unlink " + manifest);
+    builder_ = std::make_unique<LayerBuilder>(join(dir_, kLayerFileName) + ".tmp", memory_.ram_bytes(),
+                                              content_.parent, content_.drop_zero_pages);
+    if (mode == CopyMode::background) {
+        std::string reason = WriteProtectCopy::unsupported_reason(memory_);
+        if (reason.empty()) {
+            const auto t = Clock::now();
+            try {
+                copy_ = std::make_unique<WriteProtectCopy>(memory_, content_.pages, *builder_);
+            } catch (const Error& e) {
+                reason = e.what();
+            }
+            stats_.arm_ms = ms_since(t);
+        }
+        if (!reason.empty()) {
+            stats_.fallback = reason;
+            log_line("snapshot: copying guest memory inside the pause: " + reason);
+        }
+    }
+    if (copy_) {
+        stats_.background = true;
+        writer_ = std::thread([this] {
+            try {
+                write_rest();
+            } catch (...) {
+                error_ = std::current_exception();
+            }
+        });
+        return;
+    }
+    write_rest();
+}
+
+void PendingSnapshot::write_rest() {
+    // The old manifest's removal is on disk before any part changes, so a crash
+    // leaves either the old complete snapshot or a directory without a manifest.
+    make_durable_dir(dir_);
+    fsync_dir(dir_);
+    auto t = Clock::now();
+    write_file_atomic(join(dir_, kStateFileName), content_.state);
+    stats_.state_write_ms = ms_since(t);
+    test_stall_point("state");
+    t = Clock::now();
+    if (copy_) {
+        copy_->copy_all();
+        stats_.wp_faults = copy_->faults();
+        copy_.reset();
+    } else {
+        put_pages(*builder_, memory_, content_.pages);
+    }
+    const LayerWriteResult r = builder_->finish();
+    builder_.reset();
+    const std::string layer = join(dir_, kLayerFileName);
+    if (::rename((layer + ".tmp").c_str(), layer.c_str()) != 0) throw_errno("rename " + layer + ".tmp");
+    fsync_dir(dir_);
+    stats_.memory_ms = ms_since(t);
+    stats_.present_pages = r.present_pages;
+    stats_.data_pages = r.data_pages;
+    stats_.layer_checksum = r.checksum;
+    test_stall_point("layer");
+    write_manifest(dir_, {kStateFileName, kLayerFileName});
+    stats_.durable_ms = ms_since(start_);
+    durable_.store(true, std::memory_order_release);
+}
+
+const SnapshotStats& PendingSnapshot::wait_durable() {
+    if (writer_.joinable()) writer_.join();
+    waited_ = true;
+    if (error_) std::rethrow_exception(error_);
+    return stats_;
+}
+
+PendingSnapshot::~PendingSnapshot() {
+    if (writer_.joinable()) writer_.join();
+    if (error_ && !waited_) {
+        try {
+            std::rethrow_exception(error_);
+        } catch (const std::exception& e) {
+            log_line("snapshot " + dir_ + " failed in the background: " + e.what());
+        }
+    }
+}
+
+}  // namespace nanovm::snapshot

@@ -1,0 +1,126 @@
+// The snapshot manifest (snapshot/manifest.hpp) without KVM: it round-trips, a
+// directory without one is an incomplete snapshot, and a truncated, corrupt or
+// hostile manifest is refused naming the manifest.
+#include <catch2/catch.hpp>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+
+#include "snapshot/manifest.hpp"
+#include "snapshot/snapshot_error.hpp"
+#include "tests/support/temp_dir.hpp"
+
+using namespace nanovm;
+using namespace nanovm::snapshot;
+
+namespace {
+
+void write_text(const std::string& path, const std::string& text) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << text;
+}
+
+std::string decode_error(const std::string& text) {
+    try {
+        decode_manifest(text, "m");
+    } catch (const SnapshotError& e) {
+        return e.what();
+    }
+    return "";
+}
+
+}  // namespace
+
+TEST_CASE("a manifest round-trips through its text and through the directory", "[snapshot][manifest]") {
+    test::TempDir dir("manifest");
+    write_text(dir.file("vm.state"), "state bytes");
+    write_text(dir.file("memory.layer"), std::string(10000, 'x'));
+    const Manifest written = write_manifest(dir.path(), {"vm.state", "memory.layer"});
+    REQUIRE(written.parts.size() == 2);
+    CHECK(written.parts[0].name == "vm.state");
+    CHECK(written.parts[0].bytes == 11);
+    CHECK(written.parts[1].bytes == 10000);
+    CHECK(!std::filesystem::exists(dir.file("manifest.tmp")));
+    const Manifest read = read_manifest(dir.path());
+    CHECK(read.parts == written.parts);
+    CHECK(decode_manifest(encode_manifest(written), "m").parts == written.parts);
+    CHECK(is_durable(dir.path()));
+    CHECK_NOTHROW(check_parts(dir.path(), read, PartCheck::full));
+    REQUIRE(read.find("memory.layer") != nullptr);
+    CHECK(read.find("memory.flat") == nullptr);
+}
+
+TEST_CASE("a directory without a manifest is an incomplete snapshot", "[snapshot][manifest]") {
+    test::TempDir dir("nomanifest");
+    write_text(dir.file("vm.state"), "state");
+    CHECK(!is_durable(dir.path()));
+    CHECK_THROWS_WITH(read_manifest(dir.path()), "incomplete snapshot (no manifest): " + dir.path());
+    write_text(dir.file("manifest.tmp"), "whatever");  // a manifest cut short before its rename
+    CHECK_THROWS_WITH(read_manifest(dir.path()), "incomplete snapshot (no manifest): " + dir.path());
+}
+
+TEST_CASE("a truncated or corrupt manifest is refused naming the manifest", "[snapshot][manifest]") {
+    Manifest m;
+    m.parts = {{"vm.state", 123, 0xdeadbeef}, {"memory.layer", 1ULL << 30, 0x01234567}};
+    const std::string text = encode_manifest(m);
+    for (size_t cut = 0; cut < text.size(); ++cut) {
+        INFO("cut at " << cut);
+        CHECK_THROWS_AS(decode_manifest(text.substr(0, cut), "m"), SnapshotError);
+    }
+    for (size_t at = 0; at < text.size(); ++at) {
+        for (const uint8_t mask : {0x01, 0x20, 0x80}) {
+            std::string bad = text;
+            bad[at] = static_cast<char>(bad[at] ^ mask);
+            INFO("byte " << at << " ^ " << int(mask));
+            CHECK_THROWS_AS(decode_manifest(bad, "m"), SnapshotError);
+        }
+    }
+    CHECK(decode_error(text + "part x 1 00000000\n").find("m: line 5: text after the end line") == 0);
+
+    test::TempDir dir("badmanifest");
+    write_text(dir.file("manifest"), text.substr(0, text.size() - 3));
+    CHECK_THROWS_WITH(read_manifest(dir.path()), Catch::StartsWith(dir.file("manifest") + ": line 4: "));
+    CHECK(!is_durable(dir.path()));
+}
+
+TEST_CASE("hostile manifests are refused: unsafe names, duplicates, bad numbers, newer versions", "[snapshot][manifest]") {
+    CHECK(decode_error("nanovm-manifest 1\npart ../etc 1 00000000\nend 00000000\n").find("line 2: part name") !=
+          std::string::npos);
+    CHECK(decode_error("nanovm-manifest 1\npart a/b 1 00000000\nend 00000000\n").find("line 2: part name") !=
+          std::string::npos);
+    CHECK(decode_error("nanovm-manifest 1\npart .. 1 00000000\nend 00000000\n").find("line 2: part name") !=
+          std::string::npos);
+    CHECK(decode_error("nanovm-manifest 1\npart a 99999999999999999999999 00000000\nend 00000000\n")
+              .find("line 2: part size") != std::string::npos);
+    CHECK(decode_error("nanovm-manifest 1\npart a -1 00000000\nend 00000000\n").find("line 2: part size") !=
+          std::string::npos);
+    CHECK(decode_error("nanovm-manifest 1\npart a 1 0000000G\nend 00000000\n").find("line 2: part checksum") !=
+          std::string::npos);
+    CHECK(decode_error("nanovm-manifest 1\npart a 1 00000000\npart a 2 00000000\nend 00000000\n")
+              .find("line 3: part a listed twice") != std::string::npos);
+    CHECK(decode_error("nanovm-manifest 2\npart a 1 00000000\nend 00000000\n").find("newer nanovm") !=
+          std::string::npos);
+    CHECK(decode_error("nanovm-manifest 1\nend 00000000\n").find("line 2: checksum mismatch") != std::string::npos);
+    CHECK(decode_error(std::string(kMaxManifestBytes + 1, 'x')).find("more than a manifest can have") !=
+          std::string::npos);
+    Manifest too_many;
+    for (size_t i = 0; i <= kMaxParts; ++i) too_many.parts.push_back({"p" + std::to_string(i), 0, 0});
+    CHECK_THROWS_AS(encode_manifest(too_many), Error);
+    CHECK_THROWS_AS(encode_manifest(Manifest{{{"../x", 0, 0}}}), Error);
+}
+
+TEST_CASE("a part that does not match the manifest is refused naming the part", "[snapshot][manifest]") {
+    test::TempDir dir("parts");
+    write_text(dir.file("vm.state"), "state bytes");
+    write_text(dir.file("memory.layer"), std::string(10000, 'x'));
+    const Manifest m = write_manifest(dir.path(), {"vm.state", "memory.layer"});
+    write_text(dir.file("memory.layer"), std::string(9999, 'x'));
+    CHECK_THROWS_WITH(check_parts(dir.path(), m, PartCheck::sizes),
+                      Catch::StartsWith(dir.file("memory.layer") + ": part has 9999 bytes"));
+    std::filesystem::remove(dir.file("memory.layer"));
+    CHECK_THROWS_WITH(check_parts(dir.path(), m, PartCheck::sizes),
+                      Catch::StartsWith(dir.file("memory.layer") + ": part listed in the manifest is missing"));
+}
