@@ -81,7 +81,7 @@ GuestMemory::GuestMemory(GuestMemory&& other) noexcept
     : regions_(std::move(other.regions_)),
       ram_bytes_(other.ram_bytes_),
       backing_(other.backing_),
-      tracker_(std::exchange(other.tracker_, nullptr)) {
+      tracker_(other.tracker_.exchange(nullptr)) {
     other.regions_.clear();
     other.ram_bytes_ = 0;
 }
@@ -92,7 +92,7 @@ GuestMemory& GuestMemory::operator=(GuestMemory&& other) noexcept {
         regions_ = std::move(other.regions_);
         ram_bytes_ = other.ram_bytes_;
         backing_ = other.backing_;
-        tracker_ = std::exchange(other.tracker_, nullptr);
+        tracker_.store(other.tracker_.exchange(nullptr));
         other.regions_.clear();
         other.ram_bytes_ = 0;
     }

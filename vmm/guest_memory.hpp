@@ -2,6 +2,7 @@
 // fork and a userfaultfd handler can all reach it by fd (DESIGN.md "vmm/").
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -82,14 +83,16 @@ public:
     void set_backing(Backing backing) noexcept { backing_ = backing; }
 
     /// Makes write_bytes/write and mark_dirty record pages in `tracker` (nullptr:
-    /// stop). The tracker must outlive this GuestMemory or be detached first.
-    void set_dirty_tracker(DirtyTracker* tracker) noexcept { tracker_ = tracker; }
-    DirtyTracker* dirty_tracker() const noexcept { return tracker_; }
+    /// stop). The tracker must outlive this GuestMemory or be detached first. Any
+    /// thread: device threads may be writing meanwhile (the pointer is atomic; a
+    /// write racing with the attach lands in the tracker or happened before it).
+    void set_dirty_tracker(DirtyTracker* tracker) noexcept { tracker_.store(tracker, std::memory_order_release); }
+    DirtyTracker* dirty_tracker() const noexcept { return tracker_.load(std::memory_order_acquire); }
     /// Records that the VMM wrote [gpa, gpa + len) (bytes) through a host pointer,
     /// e.g. a device's DMA; no-op without a tracker. Devices that write through
     /// slice() call it (devices/virtio/chain_io does).
     void mark_dirty(Gpa gpa, uint64_t len) const noexcept {
-        if (tracker_) tracker_->mark(gpa, len);
+        if (DirtyTracker* tracker = dirty_tracker()) tracker->mark(gpa, len);
     }
 
     /// Regions in ascending GPA order (1 or 2).
@@ -128,7 +131,7 @@ private:
     std::vector<MemoryRegion> regions_;
     uint64_t ram_bytes_ = 0;
     Backing backing_ = Backing::memfd;
-    DirtyTracker* tracker_ = nullptr;
+    std::atomic<DirtyTracker*> tracker_{nullptr};
 };
 
 }  // namespace nanovm

@@ -102,10 +102,12 @@ void ChainWriter::advance(uint64_t bytes) {
     const uint64_t n = std::min(bytes, remaining_);
     // Every byte a device stores into a chain passes here (write() and the
     // peek_iovecs + advance path): tell the snapshot's dirty tracker, since KVM's
-    // dirty log does not see VMM writes.
+    // dirty log does not see VMM writes. Without a tracker (no snapshot pending)
+    // nothing is walked twice.
     size_t segment = segment_;
     uint64_t offset = offset_;
-    for (uint64_t left = n; left > 0 && segment < segments_.size();) {
+    const bool tracking = memory_.dirty_tracker() != nullptr;
+    for (uint64_t left = tracking ? n : 0; left > 0 && segment < segments_.size();) {
         const BufferSegment& s = segments_[segment];
         const uint64_t piece = std::min<uint64_t>(s.len - offset, left);
         memory_.mark_dirty(s.addr + offset, piece);
