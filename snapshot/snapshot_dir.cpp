@@ -20,12 +20,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double ms_since(Clock::time_point t) {
-    return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
-
-std::string join(const std::string& dir, const char* name) { return (std::filesystem::path(dir) / name).string(); }
-
 std::vector<uint8_t> capture_state(const Kvm& kvm, Machine& machine, double& ms) {
     const auto t = Clock::now();
     std::vector<uint8_t> bytes = encode_vm_state(capture_vm_state(kvm, machine));
@@ -79,7 +73,7 @@ std::unique_ptr<PendingSnapshot> start_diff_snapshot(const Kvm& kvm, Machine& ma
         throw SnapshotError(fmt::format("diff snapshot: parent {} has no valid manifest (not durable yet, or not a "
                                         "snapshot)",
                                         parent_dir));
-    const std::string parent_layer = join(parent_dir, kLayerFileName);
+    const std::string parent_layer = snapshot_part(parent_dir, kLayerFileName);
     const LayerFile parent = LayerFile::open(parent_layer);
     if (parent.header().ram_bytes != machine.memory().ram_bytes())
         throw SnapshotError(fmt::format("{}: parent layer has a different RAM size", parent_layer));
@@ -108,8 +102,8 @@ SnapshotStats write_diff_snapshot(const Kvm& kvm, Machine& machine, const std::s
 }
 
 std::string ensure_flat_memory(const std::string& dir) {
-    const std::string flat = join(dir, kFlatFileName);
-    const LayerChain chain = LayerChain::open(join(dir, kLayerFileName));
+    const std::string flat = snapshot_part(dir, kFlatFileName);
+    const LayerChain chain = LayerChain::open(snapshot_part(dir, kLayerFileName));
     if (std::filesystem::exists(flat)) {
         try {
             const LayerFile f = LayerFile::open(flat);
@@ -138,7 +132,7 @@ RestoredMachine restore_snapshot(const Kvm& kvm, const std::string& dir, MemoryB
     auto t = Clock::now();
     const Manifest manifest = read_manifest(dir);
     check_parts(dir, manifest, PartCheck::sizes);
-    const std::string state_path = join(dir, kStateFileName);
+    const std::string state_path = snapshot_part(dir, kStateFileName);
     const std::vector<uint8_t> bytes = read_whole_file(state_path);
     const VmState state = decode_vm_state(bytes, state_path);
     const ManifestPart* listed = manifest.find(kStateFileName);
@@ -164,9 +158,9 @@ RestoredMachine restore_snapshot(const Kvm& kvm, const std::string& dir, MemoryB
                                             state.machine.ram_bytes));
         memory = GuestMemory::map_file_private(fd.get(), state.machine.ram_bytes, kLayerDataOffset);
     } else {
-        LayerChain chain = LayerChain::open(join(dir, kLayerFileName));
+        LayerChain chain = LayerChain::open(snapshot_part(dir, kLayerFileName));
         if (chain.ram_bytes() != state.machine.ram_bytes)
-            throw SnapshotError(fmt::format("{}: {} bytes of RAM, vm.state says {}", join(dir, kLayerFileName),
+            throw SnapshotError(fmt::format("{}: {} bytes of RAM, vm.state says {}", snapshot_part(dir, kLayerFileName),
                                             chain.ram_bytes(), state.machine.ram_bytes));
         memory = GuestMemory::create(state.machine.ram_bytes);
         out.uffd = std::make_unique<UffdServer>(memory, std::move(chain), [target](const std::string& message) {

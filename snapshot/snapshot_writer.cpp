@@ -20,12 +20,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double ms_since(Clock::time_point t) {
-    return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
-
-std::string join(const std::string& dir, const char* name) { return (std::filesystem::path(dir) / name).string(); }
-
 // Makes `dir`'s entry in its parent durable.
 void make_durable_dir(const std::string& dir) {
     std::string parent = std::filesystem::absolute(dir).lexically_normal().parent_path().string();
@@ -48,9 +42,9 @@ PendingSnapshot::PendingSnapshot(const std::string& dir, GuestMemory& memory, Sn
     // Inside the pause: only what must see the memory as it is now. Nothing here
     // waits for the disk; the fsyncs are in write_rest().
     std::filesystem::create_directories(dir_);
-    const std::string manifest = join(dir_, kManifestFileName);
+    const std::string manifest = snapshot_part(dir_, kManifestFileName);
     if (::unlink(manifest.c_str()) != 0 && errno != ENOENT) throw_errno("unlink " + manifest);
-    builder_ = std::make_unique<LayerBuilder>(join(dir_, kLayerFileName) + ".tmp", memory_.ram_bytes(),
+    builder_ = std::make_unique<LayerBuilder>(snapshot_part(dir_, kLayerFileName) + ".tmp", memory_.ram_bytes(),
                                               content_.parent, content_.drop_zero_pages);
     if (mode == CopyMode::background) {
         std::string reason = WriteProtectCopy::unsupported_reason(memory_);
@@ -88,7 +82,7 @@ void PendingSnapshot::write_rest() {
     make_durable_dir(dir_);
     fsync_dir(dir_);
     auto t = Clock::now();
-    write_file_atomic(join(dir_, kStateFileName), content_.state);
+    write_file_atomic(snapshot_part(dir_, kStateFileName), content_.state);
     stats_.state_write_ms = ms_since(t);
     test_stall_point("state");
     t = Clock::now();
@@ -101,7 +95,7 @@ void PendingSnapshot::write_rest() {
     }
     const LayerWriteResult r = builder_->finish();
     builder_.reset();
-    const std::string layer = join(dir_, kLayerFileName);
+    const std::string layer = snapshot_part(dir_, kLayerFileName);
     if (::rename((layer + ".tmp").c_str(), layer.c_str()) != 0) throw_errno("rename " + layer + ".tmp");
     fsync_dir(dir_);
     stats_.memory_ms = ms_since(t);

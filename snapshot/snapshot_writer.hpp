@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -33,6 +34,15 @@ class WriteProtectCopy;
 
 inline constexpr const char* kStateFileName = "vm.state";
 inline constexpr const char* kLayerFileName = "memory.layer";
+
+/// The path of part `name` (kStateFileName...) of the snapshot directory `dir`.
+inline std::string snapshot_part(const std::string& dir, const char* name) {
+    return (std::filesystem::path(dir) / name).string();
+}
+/// Milliseconds (steady clock) since `t`, for SnapshotStats.
+inline double ms_since(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
 
 /// What a snapshot wrote and how long its parts took (ms, steady clock).
 struct SnapshotStats {

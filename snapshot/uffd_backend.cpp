@@ -26,21 +26,12 @@ UffdServer::UffdServer(GuestMemory& memory, LayerChain chain, std::function<void
         throw SnapshotError(fmt::format("memory layer has {} bytes of RAM, the machine {}", chain_.ram_bytes(),
                                         memory.ram_bytes()));
     uffd_ = open_userfaultfd();
-    uffdio_api api{};
-    api.api = UFFD_API;
-    api.features = 0;
-    if (::ioctl(uffd_.get(), UFFDIO_API, &api) != 0) throw_errno("UFFDIO_API");
-    if (!(api.features & UFFD_FEATURE_MISSING_SHMEM))
+    if (!(negotiate_userfaultfd(uffd_.get(), 0, "restore") & UFFD_FEATURE_MISSING_SHMEM))
         throw Error("userfaultfd: this kernel cannot serve missing pages of shmem (no UFFD_FEATURE_MISSING_SHMEM)");
     uint64_t first = 0;
     for (const MemoryRegion& r : memory.regions()) {
-        uffdio_register reg{};
-        reg.range.start = reinterpret_cast<uint64_t>(r.host);
-        reg.range.len = r.size;
-        reg.mode = UFFDIO_REGISTER_MODE_MISSING;
-        if (::ioctl(uffd_.get(), UFFDIO_REGISTER, &reg) != 0) throw_errno("UFFDIO_REGISTER");
-        const uint64_t need = (1ULL << _UFFDIO_COPY) | (1ULL << _UFFDIO_ZEROPAGE);
-        if ((reg.ioctls & need) != need) throw Error("UFFDIO_REGISTER: UFFDIO_COPY/ZEROPAGE not offered for guest RAM");
+        register_userfaultfd_range(uffd_.get(), r.host, r.size, UFFDIO_REGISTER_MODE_MISSING,
+                                   (1ULL << _UFFDIO_COPY) | (1ULL << _UFFDIO_ZEROPAGE), "missing pages");
         regions_.push_back({reinterpret_cast<uint64_t>(r.host), r.size, first});
         first += r.size / kPageSize;
     }

@@ -1,8 +1,10 @@
-// Opening a userfaultfd that also sees faults taken by the kernel on behalf of the
-// process (KVM's get_user_pages from a vCPU, copy_from_user in a syscall), shared
-// by the uffd restore backend and the write-protect background copy.
+// Opening and setting up a userfaultfd that also sees faults taken by the kernel on
+// behalf of the process (KVM's get_user_pages from a vCPU, copy_from_user in a
+// syscall), shared by the uffd restore backend and the write-protect background copy.
 // Source: userfaultfd(2), Documentation/admin-guide/mm/userfaultfd.rst.
 #pragma once
+
+#include <cstdint>
 
 #include "vmm/fd.hpp"
 
@@ -12,5 +14,16 @@ namespace nanovm::snapshot {
 /// /dev/userfaultfd (USERFAULTFD_IOC_NEW, Linux 6.1) where the syscall is
 /// restricted. UFFDIO_API is not done yet. Throws SysError("userfaultfd").
 Fd open_userfaultfd();
+
+/// UFFDIO_API on `uffd` asking for `features` (UFFD_FEATURE_* bits); returns every
+/// feature the kernel offers. Throws SysError naming `what` (the kernel refuses the
+/// handshake with EINVAL when a requested feature is missing).
+uint64_t negotiate_userfaultfd(int uffd, uint64_t features, const char* what);
+
+/// UFFDIO_REGISTER of [host, host + bytes) with `mode` (UFFDIO_REGISTER_MODE_*);
+/// checks that every ioctl in `needed_ioctls` (bits 1 << _UFFDIO_*) is offered for
+/// the range. Throws SysError / Error naming `what`.
+void register_userfaultfd_range(int uffd, void* host, uint64_t bytes, uint64_t mode, uint64_t needed_ioctls,
+                                const char* what);
 
 }  // namespace nanovm::snapshot

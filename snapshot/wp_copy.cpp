@@ -35,18 +35,20 @@ std::string WriteProtectCopy::unsupported_reason(const GuestMemory& memory) {
         return memory.backing() == GuestMemory::Backing::lazy_memfd
                    ? "guest RAM is served by the uffd restore backend (one userfaultfd per range)"
                    : "guest RAM is a MAP_PRIVATE file mapping (userfaultfd write-protect needs shmem or anonymous memory)";
-    Fd uffd;
-    try {
-        uffd = open_userfaultfd();
-    } catch (const SysError& e) {
-        return e.what();
-    }
-    uffdio_api api{};
-    api.api = UFFD_API;
-    if (::ioctl(uffd.get(), UFFDIO_API, &api) != 0) return fmt::format("UFFDIO_API: {}", std::strerror(errno));
-    if ((api.features & kWpFeatures) != kWpFeatures)
-        return "userfaultfd: this kernel cannot write-protect shmem (no UFFD_FEATURE_WP_HUGETLBFS_SHMEM, Linux >= 5.19)";
-    return {};
+    // What the kernel offers does not change while we run: probe once per process,
+    // not on every snapshot.
+    static const std::string kernel_reason = [] () -> std::string {
+        try {
+            const Fd uffd = open_userfaultfd();
+            if ((negotiate_userfaultfd(uffd.get(), 0, "probe") & kWpFeatures) != kWpFeatures)
+                return "userfaultfd: this kernel cannot write-protect shmem (no UFFD_FEATURE_WP_HUGETLBFS_SHMEM, "
+                       "Linux >= 5.19)";
+            return {};
+        } catch (const SysError& e) {
+            return e.what();
+        }
+    }();
+    return kernel_reason;
 }
 
 WriteProtectCopy::WriteProtectCopy(GuestMemory& memory, const PageBitmap& pages, LayerBuilder& builder)
@@ -58,23 +60,15 @@ WriteProtectCopy::WriteProtectCopy(GuestMemory& memory, const PageBitmap& pages,
     for (uint64_t p = 0; p < total_; ++p) state_[p].store(bit(pages, p) ? kProtected : kDone, std::memory_order_relaxed);
 
     uffd_ = open_userfaultfd();
-    uffdio_api api{};
-    api.api = UFFD_API;
-    api.features = kWpFeatures;
-    if (::ioctl(uffd_.get(), UFFDIO_API, &api) != 0) throw_errno("UFFDIO_API (write-protect features)");
+    negotiate_userfaultfd(uffd_.get(), kWpFeatures, "write-protect features");
     stop_ = Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     if (!stop_) throw_errno("eventfd");
     try {
         uint64_t first = 0;
         for (const MemoryRegion& r : memory.regions()) {
-            uffdio_register reg{};
-            reg.range.start = reinterpret_cast<uint64_t>(r.host);
-            reg.range.len = r.size;
-            reg.mode = UFFDIO_REGISTER_MODE_WP;
-            if (::ioctl(uffd_.get(), UFFDIO_REGISTER, &reg) != 0) throw_errno("UFFDIO_REGISTER (write-protect)");
+            register_userfaultfd_range(uffd_.get(), r.host, r.size, UFFDIO_REGISTER_MODE_WP,
+                                       1ULL << _UFFDIO_WRITEPROTECT, "write-protect");
             regions_.push_back({reinterpret_cast<uint64_t>(r.host), r.size, first});
-            if (!(reg.ioctls & (1ULL << _UFFDIO_WRITEPROTECT)))
-                throw Error("UFFDIO_REGISTER: UFFDIO_WRITEPROTECT not offered for guest RAM");
             // Protect each run of set pages with one ioctl.
             const uint64_t n = r.size / kPageSize;
             uint64_t p = 0;
