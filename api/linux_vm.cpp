@@ -122,12 +122,7 @@ LoadedGuest load_guest(const BootOptions& options) {
 
 // /dev/kvm, and whether it can run a stock kernel at all.
 Kvm open_kvm() {
-    const KvmHostInfo host = detect_kvm_host();
-    if (!host.dev_kvm_exists)
-        throw Error(
-            "/dev/kvm does not exist: this machine has no KVM (it needs kvm_intel or kvm_amd); "
-            "run nanovm inside the test host instead: tools/testhost/run -- build/nanovm ...");
-    if (host.flavour == KvmFlavour::pvm) throw Error(std::string(kPvmBootRefusal));
+    require_linux_capable_kvm(detect_kvm_host());
     return Kvm::open();
 }
 

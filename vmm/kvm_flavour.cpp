@@ -4,6 +4,9 @@
 
 #include <fstream>
 #include <sstream>
+#include <string>
+
+#include "vmm/error.hpp"
 
 namespace nanovm {
 
@@ -63,6 +66,14 @@ KvmHostInfo detect_kvm_host(const std::string& root) {
     else
         info.flavour = info.cpu_vmx ? KvmFlavour::vmx : info.cpu_svm ? KvmFlavour::svm : KvmFlavour::pvm;
     return info;
+}
+
+void require_linux_capable_kvm(const KvmHostInfo& host) {
+    if (!host.dev_kvm_exists)
+        throw Error(
+            "/dev/kvm does not exist: this machine has no KVM (it needs kvm_intel or kvm_amd); "
+            "run nanovm inside the test host instead: tools/testhost/run -- build/nanovm ...");
+    if (host.flavour == KvmFlavour::pvm) throw Error(std::string(kPvmBootRefusal));
 }
 
 }  // namespace nanovm

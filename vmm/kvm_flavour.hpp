@@ -38,6 +38,11 @@ struct KvmHostInfo {
 /// (tests).
 KvmHostInfo detect_kvm_host(const std::string& root = "");
 
+/// Throws Error with the one-line message the CLI prints unless `host` can boot a
+/// stock Linux guest: no /dev/kvm (says to use the test host), or PVM
+/// (kPvmBootRefusal). Used by `nanovm boot`, `run` and `vm start` before any work.
+void require_linux_capable_kvm(const KvmHostInfo& host);
+
 /// The message `nanovm boot` prints on a PVM host.
 inline constexpr std::string_view kPvmBootRefusal =
     "this /dev/kvm is PVM: it cannot run a stock Linux kernel; "

@@ -55,12 +55,7 @@ void check_spec(const SandboxSpec& spec, const std::string& image) {
     require_file(image, spec.image.empty() ? "default root disk" : "--image",
                  spec.image.empty() ? "not built: run tools/rootfs/build" : "");
     for (const std::string& s : spec.disks) require_file(parse_disk_option(s).path, "--disk", "");
-    const KvmHostInfo host = detect_kvm_host();
-    if (!host.dev_kvm_exists)
-        throw Error(
-            "/dev/kvm does not exist: this machine has no KVM (it needs kvm_intel or kvm_amd); "
-            "run nanovm inside the test host instead: tools/testhost/run -- build/nanovm ...");
-    if (host.flavour == KvmFlavour::pvm) throw Error(std::string(kPvmBootRefusal));
+    require_linux_capable_kvm(detect_kvm_host());
 }
 
 std::string self_executable() {

@@ -60,3 +60,12 @@ TEST_CASE("KVM flavour: a built-in KVM is told by the CPU flags", "[vmm][flavour
     CHECK(FakeRoot("builtin-svm").flags("svm").dev_kvm().detect().flavour == KvmFlavour::svm);
     CHECK(FakeRoot("builtin-none").flags("").dev_kvm().detect().flavour == KvmFlavour::pvm);
 }
+
+TEST_CASE("KVM flavour: only VMX/SVM pass the Linux-guest check; no KVM and PVM get one line each", "[vmm][flavour]") {
+    CHECK_NOTHROW(require_linux_capable_kvm(FakeRoot("req-svm").module("kvm_amd").flags("svm").dev_kvm().detect()));
+    CHECK_THROWS_WITH(require_linux_capable_kvm(FakeRoot("req-none").flags("svm").detect()),
+                      Catch::Contains("/dev/kvm does not exist") && Catch::Contains("tools/testhost/run"));
+    CHECK_THROWS_WITH(
+        require_linux_capable_kvm(FakeRoot("req-pvm").module("kvm_pvm").flags("hypervisor").dev_kvm().detect()),
+        std::string(kPvmBootRefusal));
+}
