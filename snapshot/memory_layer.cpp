@@ -36,7 +36,6 @@ bool is_zero(const uint8_t* page) noexcept {
     return true;
 }
 
-bool bit(const std::vector<uint64_t>& bits, uint64_t p) noexcept { return bits[p / 64] >> (p % 64) & 1; }
 
 void pwrite_all(int fd, const uint8_t* data, uint64_t bytes, uint64_t offset, const std::string& path) {
     while (bytes > 0) {
@@ -229,17 +228,8 @@ void put_pages(LayerBuilder& builder, const GuestMemory& memory, const PageBitma
     uint64_t first = 0;
     for (const MemoryRegion& r : memory.regions()) {
         const uint64_t pages_in = r.size / kPageSize;
-        uint64_t p = 0;
-        while (p < pages_in) {
-            if (!bit(pages, first + p)) {
-                ++p;
-                continue;
-            }
-            uint64_t n = 1;
-            while (p + n < pages_in && bit(pages, first + p + n)) ++n;
-            builder.put(first + p, n, r.host + p * kPageSize);
-            p += n;
-        }
+        for_each_page_run(pages, first, pages_in,
+                          [&](uint64_t p, uint64_t n) { builder.put(first + p, n, r.host + p * kPageSize); });
         first += pages_in;
     }
 }
@@ -348,7 +338,7 @@ std::optional<ParentRef> LayerFile::parent() const {
 
 bool LayerFile::has(uint64_t page) const noexcept {
     if (flat()) return page < header_.total_pages;
-    return page < header_.total_pages && bit(bitmap_, page);
+    return page < header_.total_pages && page_set(bitmap_, page);
 }
 
 std::span<const uint8_t> LayerFile::page_verified(uint64_t p) const {

@@ -69,6 +69,26 @@ struct LayerWriteResult {
 /// A bitmap over the linear pages of `memory` (bit p set = page p).
 using PageBitmap = std::vector<uint64_t>;
 
+/// True if page `p` is set in `bits` (the caller keeps p inside the bitmap).
+inline bool page_set(const PageBitmap& bits, uint64_t p) noexcept { return bits[p / 64] >> (p % 64) & 1; }
+
+/// Calls f(offset, count) for each maximal run of set pages among pages
+/// [first, first + pages) of `bits`; offset is relative to `first` (pages).
+template <typename F>
+void for_each_page_run(const PageBitmap& bits, uint64_t first, uint64_t pages, F&& f) {
+    uint64_t p = 0;
+    while (p < pages) {
+        if (!page_set(bits, first + p)) {
+            ++p;
+            continue;
+        }
+        uint64_t n = 1;
+        while (p + n < pages && page_set(bits, first + p + n)) ++n;
+        f(p, n);
+        p += n;
+    }
+}
+
 /// The non-zero pages of `memory`. For Backing::memfd only the memfd's data extents
 /// (SEEK_DATA/SEEK_HOLE) are read; other backings are read page by page through
 /// the mapping (a lazily filled memory is faulted in).

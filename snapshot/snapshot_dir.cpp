@@ -42,7 +42,7 @@ PageBitmap collect_dirty_pages(Machine& machine, DirtyTracker* tracker) {
             for (size_t w = 0; w < bits.size() && w < device.size(); ++w) bits[w] |= device[w];
         }
         for (uint64_t p = 0; p < pages; ++p)
-            if (bits[p / 64] >> (p % 64) & 1) out[(first + p) / 64] |= 1ULL << ((first + p) % 64);
+            if (page_set(bits, p)) out[(first + p) / 64] |= 1ULL << ((first + p) % 64);
         first += pages;
         ++index;
     }

@@ -26,7 +26,6 @@ constexpr uint64_t kRunPages = 512;
 
 constexpr uint64_t kWpFeatures = UFFD_FEATURE_PAGEFAULT_FLAG_WP | UFFD_FEATURE_WP_HUGETLBFS_SHMEM;
 
-bool bit(const PageBitmap& bits, uint64_t p) noexcept { return bits[p / 64] >> (p % 64) & 1; }
 
 }  // namespace
 
@@ -57,7 +56,7 @@ WriteProtectCopy::WriteProtectCopy(GuestMemory& memory, const PageBitmap& pages,
     if (pages.size() != (total_ + 63) / 64)
         throw Error(fmt::format("page bitmap of {} words for {} pages", pages.size(), total_));
     state_ = std::make_unique<std::atomic<uint8_t>[]>(total_);
-    for (uint64_t p = 0; p < total_; ++p) state_[p].store(bit(pages, p) ? kProtected : kDone, std::memory_order_relaxed);
+    for (uint64_t p = 0; p < total_; ++p) state_[p].store(page_set(pages, p) ? kProtected : kDone, std::memory_order_relaxed);
 
     uffd_ = open_userfaultfd();
     negotiate_userfaultfd(uffd_.get(), kWpFeatures, "write-protect features");
@@ -71,14 +70,7 @@ WriteProtectCopy::WriteProtectCopy(GuestMemory& memory, const PageBitmap& pages,
             regions_.push_back({reinterpret_cast<uint64_t>(r.host), r.size, first});
             // Protect each run of set pages with one ioctl.
             const uint64_t n = r.size / kPageSize;
-            uint64_t p = 0;
-            while (p < n) {
-                if (!bit(pages, first + p)) {
-                    ++p;
-                    continue;
-                }
-                uint64_t run = 1;
-                while (p + run < n && bit(pages, first + p + run)) ++run;
+            for_each_page_run(pages, first, n, [&](uint64_t p, uint64_t run) {
                 uffdio_writeprotect wp{};
                 wp.range.start = reinterpret_cast<uint64_t>(r.host) + p * kPageSize;
                 wp.range.len = run * kPageSize;
@@ -86,8 +78,7 @@ WriteProtectCopy::WriteProtectCopy(GuestMemory& memory, const PageBitmap& pages,
                 while (::ioctl(uffd_.get(), UFFDIO_WRITEPROTECT, &wp) != 0) {
                     if (errno != EAGAIN) throw_errno("UFFDIO_WRITEPROTECT (protect)");
                 }
-                p += run;
-            }
+            });
             first += n;
         }
     } catch (...) {
