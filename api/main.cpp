@@ -88,9 +88,11 @@ int main(int argc, char** argv) {
         } catch (const CLI::ParseError& e) {
             const int code = app.exit(e);  // prints help or the error
             if (code == 0) return 0;
-            // `run` keeps 0-124 for the command's own statuses (api/vm/exec_stream.hpp).
-            const bool run_usage = argc > 1 && (std::string_view(argv[1]) == "run");
-            return run_usage ? vm::kExecNanovmError : exit_status::kUsage;
+            // `run` and `vm exec` keep 0-124 for the command's own statuses
+            // (api/vm/exec_stream.hpp): their usage errors are 125, not 2.
+            const auto arg = [&](int i) { return argc > i ? std::string_view(argv[i]) : std::string_view(); };
+            const bool exec_like = arg(1) == "run" || (arg(1) == "vm" && arg(2) == "exec");
+            return exec_like ? vm::kExecNanovmError : exit_status::kUsage;
         }
         if (*run) return run_run(run_options);
         if (*vm_commands.vm || *vm_commands.vmm) return run_vm_command(vm_commands, vm_options);
