@@ -41,8 +41,19 @@ PageBitmap collect_dirty_pages(Machine& machine, DirtyTracker* tracker) {
             const std::vector<uint64_t> device = tracker->take(index);
             for (size_t w = 0; w < bits.size() && w < device.size(); ++w) bits[w] |= device[w];
         }
-        for (uint64_t p = 0; p < pages; ++p)
-            if (page_set(bits, p)) out[(first + p) / 64] |= 1ULL << ((first + p) % 64);
+        // This runs inside the pause: word by word when the region starts on a word
+        // boundary of the linear bitmap (always so for our layouts: the low region
+        // ends at 3 GiB or at the end of RAM), bit by bit otherwise.
+        if (first % 64 == 0) {
+            const uint64_t words = (pages + 63) / 64;
+            for (uint64_t w = 0; w < words && w < bits.size(); ++w) {
+                const uint64_t valid = (w + 1) * 64 <= pages ? ~0ULL : (1ULL << (pages % 64)) - 1;
+                out[first / 64 + w] |= bits[w] & valid;
+            }
+        } else {
+            for (uint64_t p = 0; p < pages; ++p)
+                if (page_set(bits, p)) out[(first + p) / 64] |= 1ULL << ((first + p) % 64);
+        }
         first += pages;
         ++index;
     }
