@@ -16,7 +16,12 @@ struct DiskOption {
     std::string path;
     bool read_only = false;
     std::string serial;  ///< VIRTIO_BLK_T_GET_ID answer (<= 20 bytes); empty: derived from the path
+    uint32_t block_size = 0;  ///< logical block size offered (VIRTIO_BLK_F_BLK_SIZE), bytes; 0: the device's default
 };
+
+/// The block size of disks that may be frozen into copy-on-write layers (snapshots):
+/// the guest then never issues I/O smaller or less aligned than one layer block.
+inline constexpr uint32_t kLayeredBlockSize = 4096;
 
 /// `--net TAP[,mac=XX:XX:XX:XX:XX:XX]`: virtio-net on the tap device named TAP.
 struct NetOption {

@@ -8,13 +8,18 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
 #include <span>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "api/paths.hpp"
+#include "api/vm/scratch_disk.hpp"
 #include "api/vm_devices.hpp"
+#include "devices/virtio/blk/block_device.hpp"
+#include "snapshot/manifest.hpp"
+#include "snapshot/snapshot_error.hpp"
 #include "devices/bus.hpp"
 #include "devices/irq_line.hpp"
 #include "devices/legacy/legacy_devices.hpp"
@@ -129,21 +134,36 @@ Kvm open_kvm() {
 }  // namespace
 
 // Declaration order is construction order: the devices refer to the machine and the
-// buses, and are destroyed before them.
+// buses, and are destroyed before them; the machine before the uffd server that
+// serves its memory.
 struct LinuxVm::Parts {
+    // A freshly booted guest.
     Parts(const BootOptions& options, int console_fd, LoadedGuest guest)
         : kvm(open_kvm()),
-          machine(kvm, std::move(guest.memory), MachineConfig{options.cpus, true, false}),
+          machine_owner(std::make_unique<Machine>(kvm, std::move(guest.memory),
+                                                  MachineConfig{options.cpus, true, false})),
+          machine(*machine_owner),
           virtio(options, machine, mmio),
           com1_irq(machine.vm(), Serial::kCom1Irq),
-          legacy(pio, com1_irq, ConsoleWriter(console_fd), [this] {
-              machine.request_stop(StopReason{StopReason::Kind::reset, {}, "i8042 reset"});
-          }) {
+          legacy(pio, com1_irq, ConsoleWriter(console_fd), [this] { on_i8042_reset(); }) {
         setup_linux_vcpus(machine, kvm, guest.layout);
     }
+    // A guest restored from a snapshot: its vCPUs and memory come from `restored`.
+    Parts(Kvm kvm_, snapshot::RestoredMachine restored, const BootOptions& options, int console_fd)
+        : kvm(std::move(kvm_)),
+          uffd(std::move(restored.uffd)),
+          machine_owner(std::move(restored.machine)),
+          machine(*machine_owner),
+          virtio(options, machine, mmio),
+          com1_irq(machine.vm(), Serial::kCom1Irq),
+          legacy(pio, com1_irq, ConsoleWriter(console_fd), [this] { on_i8042_reset(); }) {}
+
+    void on_i8042_reset() { machine.request_stop(StopReason{StopReason::Kind::reset, {}, "i8042 reset"}); }
 
     Kvm kvm;
-    Machine machine;
+    std::unique_ptr<snapshot::UffdServer> uffd;  // restored with the uffd backend only
+    std::unique_ptr<Machine> machine_owner;
+    Machine& machine;
     IoBus pio;
     MmioBus mmio;
     VmDevices virtio;
@@ -151,8 +171,102 @@ struct LinuxVm::Parts {
     LegacyDevices legacy;
 };
 
+namespace {
+
+nlohmann::json serial_json(const SerialState& s) {
+    return nlohmann::json{{"ier", s.ier}, {"fcr", s.fcr}, {"lcr", s.lcr}, {"mcr", s.mcr}, {"scr", s.scr},
+                          {"dll", s.dll}, {"dlm", s.dlm}, {"lsr_errors", s.lsr_errors},
+                          {"msr_deltas", s.msr_deltas}, {"thre_pending", s.thre_pending}};
+}
+
+SerialState serial_from(const nlohmann::json& j) {
+    SerialState s;
+    j.at("ier").get_to(s.ier);
+    j.at("fcr").get_to(s.fcr);
+    j.at("lcr").get_to(s.lcr);
+    j.at("mcr").get_to(s.mcr);
+    j.at("scr").get_to(s.scr);
+    j.at("dll").get_to(s.dll);
+    j.at("dlm").get_to(s.dlm);
+    j.at("lsr_errors").get_to(s.lsr_errors);
+    j.at("msr_deltas").get_to(s.msr_deltas);
+    j.at("thre_pending").get_to(s.thre_pending);
+    return s;
+}
+
+// Puts `path` into snapshot directory `dir` under its own name: a hard link (O(1);
+// the file is frozen, never written again), or a sparse copy when `dir` is on
+// another file system. Its data is fsync'd either way. Returns the name.
+std::string place_frozen_file(const std::string& path, const std::string& dir) {
+    const std::string name = std::filesystem::path(path).filename().string();
+    const std::string target = (std::filesystem::path(dir) / name).string();
+    {
+        Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+        if (!fd) throw_errno("open " + path);
+        if (::fsync(fd.get()) != 0) throw_errno("fsync " + path);
+    }
+    struct stat src {}, dst {};
+    if (::stat(path.c_str(), &src) != 0) throw_errno("stat " + path);
+    if (::stat(target.c_str(), &dst) == 0) {
+        if (src.st_dev == dst.st_dev && src.st_ino == dst.st_ino) return name;  // placed by an earlier snapshot
+        if (::unlink(target.c_str()) != 0) throw_errno("unlink " + target);
+    }
+    if (::link(path.c_str(), target.c_str()) == 0) return name;
+    if (errno != EXDEV && errno != EPERM) throw_errno(fmt::format("link {} {}", path, target));
+    const std::string tmp = target + ".tmp";
+    vm::copy_sparse(path, tmp);
+    {
+        Fd fd(::open(tmp.c_str(), O_RDONLY | O_CLOEXEC));
+        if (!fd || ::fsync(fd.get()) != 0) throw_errno("fsync " + tmp);
+    }
+    if (::rename(tmp.c_str(), target.c_str()) != 0) throw_errno("rename " + tmp);
+    return name;
+}
+
+}  // namespace
+
 LinuxVm::LinuxVm(const BootOptions& options, int console_fd)
     : parts_(std::make_unique<Parts>(options, console_fd, load_guest(options))) {}
+
+LinuxVm::LinuxVm(const std::string& dir, snapshot::MemoryBackend backend,
+                 const std::function<BootOptions(const nlohmann::json& saved)>& make_options, int console_fd) {
+    Kvm kvm = open_kvm();
+    snapshot::RestoredMachine restored = snapshot::restore_snapshot(kvm, dir, backend);
+    // The disk layers carry no checksums of their own: check them against the
+    // manifest here (only their data extents are read; holes count as zeros).
+    for (const snapshot::ManifestPart& part : snapshot::read_manifest(dir).parts) {
+        if (part.name == snapshot::kStateFileName || part.name == snapshot::kLayerFileName) continue;
+        const snapshot::ManifestPart seen = snapshot::describe_part(dir, part.name);
+        if (seen.bytes != part.bytes || seen.crc32c != part.crc32c)
+            throw snapshot::SnapshotError(fmt::format(
+                "{}/{}: part checksum mismatch ({} bytes, crc32c {:08x}; the manifest says {} bytes, {:08x}): corrupt "
+                "part",
+                dir, part.name, seen.bytes, seen.crc32c, part.bytes, part.crc32c));
+    }
+    if (restored.devices.empty())
+        throw snapshot::SnapshotError(fmt::format("{}: vm.state has no device state (not a Linux VM snapshot)", dir));
+    nlohmann::json saved;
+    try {
+        saved = nlohmann::json::parse(restored.devices);
+        if (saved.at("version").get<int>() > 1)
+            throw Error(fmt::format("{}: device state version {} is newer than this nanovm reads", dir,
+                                    saved.at("version").get<int>()));
+    } catch (const nlohmann::json::exception& e) {
+        throw snapshot::SnapshotError(fmt::format("{}/vm.state: devices: {}", dir, e.what()));
+    }
+    const BootOptions options = make_options(saved);
+    if (options.cpus != restored.machine->vcpu_count())
+        throw Error(fmt::format("{}: the snapshot has {} vCPUs, the options {}", dir,
+                                restored.machine->vcpu_count(), options.cpus));
+    check_disk_paths(options);
+    parts_ = std::make_unique<Parts>(std::move(kvm), std::move(restored), options, console_fd);
+    try {
+        parts_->virtio.load_state(saved.at("devices"));
+        parts_->legacy.com1().load_state(serial_from(saved.at("serial")));
+    } catch (const nlohmann::json::exception& e) {
+        throw Error(fmt::format("{}/vm.state: devices: {}", dir, e.what()));
+    }
+}
 
 LinuxVm::~LinuxVm() = default;
 
@@ -163,5 +277,49 @@ GuestOutcome LinuxVm::outcome(const StopReason& reason) const {
     return guest_outcome(reason, parts_->legacy.control_port().announcement());
 }
 std::string LinuxVm::stats_json() const { return parts_->virtio.stats_json(); }
+
+std::unique_ptr<snapshot::PendingSnapshot> LinuxVm::start_snapshot(const LinuxSnapshotRequest& request) {
+    Parts& p = *parts_;
+    std::unique_ptr<snapshot::PendingSnapshot> pending;
+    p.virtio.run_quiesced([&] {
+        nlohmann::json disks = nlohmann::json::array();
+        std::vector<std::string> local;  // frozen chain files in the VM's own directory
+        const std::vector<virtio::blk::BlockDevice*>& devices = p.virtio.disks();
+        for (size_t i = 0; i < devices.size(); ++i) {
+            virtio::blk::BlockDevice& disk = *devices[i];
+            if (disk.options().read_only) {
+                disks.push_back(nlohmann::json{{"frozen", nullptr}});
+                continue;
+            }
+            const std::string new_top = request.new_top_path(i);
+            const std::string frozen = disk.freeze(new_top);
+            const std::filesystem::path own_dir = std::filesystem::path(new_top).parent_path();
+            const std::vector<std::string> chain = disk.layer_paths();  // top first: new_top, frozen, ...
+            bool frozen_local = false;
+            for (size_t k = 1; k < chain.size(); ++k) {
+                if (std::filesystem::path(chain[k]).parent_path() != own_dir) continue;
+                local.push_back(chain[k]);
+                if (chain[k] == frozen) frozen_local = true;
+            }
+            disks.push_back(nlohmann::json{
+                {"frozen", frozen_local ? std::filesystem::path(frozen).filename().string() : frozen}});
+        }
+        const nlohmann::json saved{{"version", 1},
+                                   {"config", request.config},
+                                   {"disks", std::move(disks)},
+                                   {"devices", p.virtio.save_state()},
+                                   {"serial", serial_json(p.legacy.com1().save_state())}};
+        snapshot::SnapshotExtras extras;
+        extras.devices = saved.dump();
+        extras.extra_parts = [local](const std::string& dir) {
+            std::vector<std::string> names;
+            for (const std::string& path : local) names.push_back(place_frozen_file(path, dir));
+            return names;
+        };
+        pending = snapshot::start_full_snapshot(p.kvm, p.machine, request.dir, nullptr, snapshot::CopyMode::background,
+                                                std::move(extras));
+    });
+    return pending;
+}
 
 }  // namespace nanovm

@@ -6,17 +6,33 @@
 // their guest with it and add only what differs (host console, control socket).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "api/boot_command.hpp"
 #include "devices/legacy/control_port.hpp"
+#include "snapshot/snapshot_dir.hpp"
 #include "vmm/machine.hpp"
 #include "vmm/stop_reason.hpp"
 
 namespace nanovm {
 
 class Serial;
+
+/// What LinuxVm::start_snapshot needs besides the directory.
+struct LinuxSnapshotRequest {
+    std::string dir;  ///< the snapshot directory (created if missing)
+    /// The owner's description of the VM (shape, image, ...), kept in vm.state and
+    /// handed back to the restore's make_options as saved["config"].
+    nlohmann::json config;
+    /// Where writable disk `index` (bus order) continues after the freeze: a new
+    /// top layer file that must not exist yet (e.g. in the VM's state directory).
+    std::function<std::string(size_t index)> new_top_path;
+};
 
 /// A built Linux guest. Not copyable or movable.
 class LinuxVm {
@@ -28,6 +44,17 @@ public:
     /// the command that builds it), no /dev/kvm, a PVM /dev/kvm, or the KVM ioctl
     /// that failed.
     LinuxVm(const BootOptions& options, int console_fd);
+
+    /// Restores the snapshot in `dir` (snapshot::restore_snapshot: memory with
+    /// `backend`, vCPU and irqchip state), then builds the devices from the options
+    /// that `make_options` derives from what the snapshot saved (saved["config"] is
+    /// LinuxSnapshotRequest::config, saved["disks"][i]["frozen"] the path of disk
+    /// i's frozen top layer, or null for read-only disks) and loads their state.
+    /// The kernel is not loaded and the vCPUs are not set up: they continue where
+    /// the snapshot left them. Throws SnapshotError naming a corrupt part, Error for
+    /// device state that does not fit the options.
+    LinuxVm(const std::string& dir, snapshot::MemoryBackend backend,
+            const std::function<BootOptions(const nlohmann::json& saved)>& make_options, int console_fd);
     ~LinuxVm();
     LinuxVm(const LinuxVm&) = delete;
     LinuxVm& operator=(const LinuxVm&) = delete;
@@ -42,6 +69,17 @@ public:
     GuestOutcome outcome(const StopReason& reason) const;
     /// Device counters as JSON (VmDevices::stats_json).
     std::string stats_json() const;
+
+    /// Takes a snapshot of the paused VM (Machine::pause first; it stays paused):
+    /// with the device thread held (disks drained), freezes each writable disk's top
+    /// layer (O(1): new writes go to request.new_top_path(i)), saves device and
+    /// vCPU state and starts the memory copy (snapshot::start_full_snapshot,
+    /// background). The returned snapshot places the frozen disk layers that live
+    /// in the VM's own directory into request.dir (hard link, or a sparse copy
+    /// across file systems) before writing the manifest. The VM may resume as soon
+    /// as this returns. Throws Error/SysError/SnapshotError; the VM is unchanged
+    /// apart from disks already frozen (harmless: a new top over the old one).
+    std::unique_ptr<snapshot::PendingSnapshot> start_snapshot(const LinuxSnapshotRequest& request);
 
 private:
     struct Parts;

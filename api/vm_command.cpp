@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <thread>
 #include <iostream>
 
 #include <fmt/format.h>
@@ -20,6 +22,7 @@
 #include "api/vm/control_protocol.hpp"
 #include "api/vm/copy_spec.hpp"
 #include "api/vm/exec_stream.hpp"
+#include "api/vm/launcher.hpp"
 #include "api/vm/state_dir.hpp"
 #include "vmm/error.hpp"
 #include "vmm/log.hpp"
@@ -273,6 +276,82 @@ int vm_stop(const VmCommandOptions& o) {
     return 0;
 }
 
+// An absolute form of a user's directory argument.
+std::string absolute_dir(const std::string& dir) {
+    if (dir.empty()) throw Error("the snapshot directory is empty");
+    return std::filesystem::absolute(dir).lexically_normal().string();
+}
+
+int vm_snapshot(const VmCommandOptions& o) {
+    const LiveVm vm = live_vm(o.id);
+    const std::string dir = absolute_dir(o.snapshot_dir);
+    json answer;
+    try {
+        answer = vm::control_call(vm.paths.control_socket(), "snapshot",
+                                  {{"dir", dir}, {"leave_paused", o.leave_paused}, {"wait_durable", o.wait_durable}},
+                                  std::chrono::minutes(30));
+    } catch (const vm::ControlCommandError& e) {
+        throw Error(fmt::format("VM {}: {}", vm.paths.id, e.what()));
+    }
+    answer.erase("ok");
+    std::printf("%s\n", answer.dump().c_str());
+    return 0;
+}
+
+int vm_restore(const VmCommandOptions& o) {
+    vm::SandboxSpec spec;
+    spec.restore_dir = absolute_dir(o.snapshot_dir);
+    spec.memory_backend = o.memory_backend;
+    return vm_start(spec);
+}
+
+// fork: one snapshot of the parent (it runs on as soon as the pause is over), then
+// `n` VMs restored from it at once; the snapshot lives in the run directory's
+// forks/ until no VM uses it (clean_unused_fork_bases).
+int vm_fork(const VmCommandOptions& o) {
+    if (o.fork_count < 1 || o.fork_count > 4) throw Error(fmt::format("-n {}: must be 1 to 4", o.fork_count));
+    const LiveVm parent = live_vm(o.id);
+    // Held until the children hold it themselves, so that no cleanup takes the base away.
+    const vm::ForkBase fork_base = vm::new_fork_base(parent.paths.id);
+    const std::string& base = fork_base.dir;
+    try {
+        vm::control_call(parent.paths.control_socket(), "snapshot",
+                         {{"dir", base}, {"flatten", o.memory_backend == "file"}}, std::chrono::minutes(30));
+    } catch (const std::exception& e) {
+        std::error_code ec;
+        std::filesystem::remove_all(base, ec);
+        throw Error(fmt::format("VM {}: fork: {}", parent.paths.id, e.what()));
+    }
+    const Fd signals = block_termination_signals();
+    std::vector<std::thread> starters;
+    std::vector<std::string> ids(o.fork_count), errors(o.fork_count);
+    for (uint32_t i = 0; i < o.fork_count; ++i) {
+        starters.emplace_back([&, i] {
+            try {
+                vm::SandboxSpec spec;
+                spec.restore_dir = base;
+                spec.memory_backend = o.memory_backend;
+                ids[i] = vm::start_vm(spec, /*attached=*/false).paths.id;
+            } catch (const std::exception& e) {
+                errors[i] = e.what();
+            } catch (const vm::Interrupted&) {
+                errors[i] = "interrupted";
+            }
+        });
+    }
+    for (std::thread& t : starters) t.join();
+    int status = 0;
+    for (uint32_t i = 0; i < o.fork_count; ++i) {
+        if (!ids[i].empty()) {
+            std::printf("%s\n", ids[i].c_str());
+        } else {
+            log_line(fmt::format("fork {} of VM {}: {}", i + 1, parent.paths.id, errors[i]));
+            status = 1;
+        }
+    }
+    return status;
+}
+
 void add_shape_options(CLI::App* cmd, vm::SandboxSpec& spec) {
     cmd->add_option("--cpus", spec.cpus, "vCPUs (1 to 4)")
         ->type_name("N")
@@ -293,7 +372,8 @@ void add_shape_options(CLI::App* cmd, vm::SandboxSpec& spec) {
 
 VmCommands add_vm_commands(CLI::App& app, VmCommandOptions& o) {
     VmCommands c;
-    c.vm = app.add_subcommand("vm", "Long-lived sandbox VMs: start, exec, cp, list, status, pause, resume, stop");
+    c.vm = app.add_subcommand(
+        "vm", "Long-lived sandbox VMs: start, exec, cp, list, status, pause, resume, snapshot, restore, fork, stop");
     c.vm->require_subcommand(1);
     c.vm->footer("IDs may be abbreviated to a unique prefix. State: $NANOVM_RUN_DIR (default "
                  "$XDG_RUNTIME_DIR/nanovm, else ~/.cache/nanovm/run)/vms/<id>/.");
@@ -335,6 +415,29 @@ VmCommands add_vm_commands(CLI::App& app, VmCommandOptions& o) {
     c.stop->add_option("--timeout", o.timeout_s, "Seconds to wait for the guest's power-off before forcing it [10]")
         ->type_name("S");
 
+    c.snapshot = c.vm->add_subcommand(
+        "snapshot", "Save a VM (memory, disk, devices, running processes) into a new directory; print timings as JSON");
+    c.snapshot->add_option("id", o.id, "VM id")->required();
+    c.snapshot->add_option("dir", o.snapshot_dir, "The snapshot directory (must not exist, or be empty)")->required();
+    c.snapshot->add_flag("--leave-paused", o.leave_paused, "Leave the VM paused afterwards");
+    c.snapshot->add_flag("--wait-durable", o.wait_durable,
+                         "Return once the snapshot is on stable storage (else it finishes in the background)");
+    c.restore = c.vm->add_subcommand("restore", "Start a new VM from a snapshot directory; print its id once it answers");
+    c.restore->add_option("dir", o.snapshot_dir, "A snapshot directory (nanovm vm snapshot)")->required();
+    c.restore->add_option("--memory-backend", o.memory_backend,
+                          "file: private mapping of a flattened memory file (page cache shared); uffd: pages "
+                          "served on first touch")
+        ->check(CLI::IsMember({"file", "uffd"}))
+        ->capture_default_str();
+    c.fork = c.vm->add_subcommand("fork", "Fork a running VM into N new VMs; print their ids");
+    c.fork->add_option("id", o.id, "VM id")->required();
+    c.fork->add_option("-n", o.fork_count, "How many children (1 to 4)")
+        ->check(CLI::Range(1, 4).description(""))
+        ->capture_default_str();
+    c.fork->add_option("--memory-backend", o.memory_backend, "As for restore")
+        ->check(CLI::IsMember({"file", "uffd"}))
+        ->capture_default_str();
+
     c.vmm = app.add_subcommand("_vmm", "");  // hidden: the VMM process (launcher.cpp)
     c.vmm->group("");
     c.vmm->add_option("--id", o.vmm.id)->required();
@@ -342,7 +445,9 @@ VmCommands add_vm_commands(CLI::App& app, VmCommandOptions& o) {
     c.vmm->add_option("--ready-fd", o.vmm.ready_fd);
     c.vmm->add_option("--cpus", o.vmm.cpus);
     c.vmm->add_option("--memory", o.vmm.memory_mib);
-    c.vmm->add_option("--image", o.vmm.image)->required();
+    c.vmm->add_option("--image", o.vmm.image);
+    c.vmm->add_option("--restore", o.vmm.restore_dir);
+    c.vmm->add_option("--memory-backend", o.vmm.memory_backend);
     c.vmm->add_option("--disk", o.vmm.disks);
     c.vmm->add_option("--boot-timeout-ms", o.vmm_boot_timeout_ms);
     return c;
@@ -363,6 +468,9 @@ int run_vm_command(const VmCommands& c, const VmCommandOptions& o) {
         if (*c.pause) return vm_control(o.id, "pause");
         if (*c.resume) return vm_control(o.id, "resume");
         if (*c.stop) return vm_stop(o);
+        if (*c.snapshot) return vm_snapshot(o);
+        if (*c.restore) return vm_restore(o);
+        if (*c.fork) return vm_fork(o);
     } catch (const std::exception& e) {
         log_line(e.what());
         return *c.exec ? vm::kExecNanovmError : 1;

@@ -36,6 +36,11 @@ struct VmCommandOptions {
     std::string copy_from, copy_to;          ///< cp
     bool json = false;                       ///< list
     bool force = false;                      ///< stop
+    std::string snapshot_dir;                ///< snapshot (target), restore (source)
+    bool leave_paused = false;               ///< snapshot
+    bool wait_durable = false;               ///< snapshot
+    std::string memory_backend = "file";     ///< restore, fork: file | uffd
+    uint32_t fork_count = 1;                 ///< fork: children, 1..4
     vm::VmmOptions vmm;                      ///< _vmm
     uint32_t vmm_boot_timeout_ms = 60000;    ///< _vmm
 };
@@ -51,6 +56,9 @@ struct VmCommands {
     CLI::App* pause = nullptr;
     CLI::App* resume = nullptr;
     CLI::App* stop = nullptr;
+    CLI::App* snapshot = nullptr;
+    CLI::App* restore = nullptr;
+    CLI::App* fork = nullptr;
     CLI::App* vmm = nullptr;  ///< the hidden `_vmm` (on the top level)
 };
 

@@ -5,11 +5,14 @@
 // themselves once the Machine exists (VmDevices).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "api/boot_command.hpp"
+#include <nlohmann/json.hpp>
+
 #include "devices/bus.hpp"
 #include "devices/virtio/mmio_devices.hpp"
 #include "vmm/event_loop.hpp"
@@ -48,10 +51,27 @@ public:
     /// "writes", "flushes", ...}], "rng": {...}, ...}.
     std::string stats_json() const;
 
+    /// Runs `work` on the device thread after draining every disk (in-flight
+    /// requests completed and returned to the driver, avail rings emptied), so that
+    /// no device touches guest memory or its rings until `work` returns. Call with
+    /// the vCPUs paused (Machine::pause): then the devices and guest memory are at
+    /// one instant for the whole of `work` (snapshots). Rethrows what `work` throws.
+    void run_quiesced(const std::function<void()>& work);
+    /// The state of every device (vm_devices_state.cpp has the layout). Inside
+    /// run_quiesced. Throws Error if a device cannot be saved.
+    nlohmann::json save_state();
+    /// Loads a saved state into devices made from the same options, before the
+    /// vCPUs run: device structs, then transports (activating what the driver had
+    /// activated); then the vsock device queues a TRANSPORT_RESET. Throws Error
+    /// naming the device and what does not fit.
+    void load_state(const nlohmann::json& state);
+    /// The disks in bus order (/dev/vda first).
+    const std::vector<virtio::blk::BlockDevice*>& disks() const noexcept { return disks_; }
+
 private:
     EventLoop loop_;  // before devices_: it must outlive them
     virtio::MmioDevices devices_;
-    std::vector<const virtio::blk::BlockDevice*> disks_;
+    std::vector<virtio::blk::BlockDevice*> disks_;
     const virtio::VirtioDevice* net_ = nullptr;
     virtio::VirtioDevice* vsock_ = nullptr;
     const virtio::VirtioDevice* rng_ = nullptr;

@@ -385,7 +385,8 @@ const LayerFile* LayerChain::find(uint64_t page) const noexcept {
 }
 
 void flatten_chain(const LayerChain& chain, const std::string& path, const std::string& top_name) {
-    const std::string tmp = path + ".tmp";
+    // Per process: restores of one snapshot may flatten it at the same time.
+    const std::string tmp = fmt::format("{}.{}.tmp", path, ::getpid());
     Fd fd(::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (!fd) throw_errno("open " + tmp);
     LayerHeader h = make_header(chain.ram_bytes(), kLayerFlat);

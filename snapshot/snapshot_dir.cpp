@@ -20,9 +20,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::vector<uint8_t> capture_state(const Kvm& kvm, Machine& machine, double& ms) {
+std::vector<uint8_t> capture_state(const Kvm& kvm, Machine& machine, std::string devices, double& ms) {
     const auto t = Clock::now();
-    std::vector<uint8_t> bytes = encode_vm_state(capture_vm_state(kvm, machine));
+    VmState state = capture_vm_state(kvm, machine);
+    state.devices = std::move(devices);
+    std::vector<uint8_t> bytes = encode_vm_state(state);
     ms = ms_since(t);
     return bytes;
 }
@@ -61,10 +63,11 @@ PageBitmap collect_dirty_pages(Machine& machine, DirtyTracker* tracker) {
 }
 
 std::unique_ptr<PendingSnapshot> start_full_snapshot(const Kvm& kvm, Machine& machine, const std::string& dir,
-                                                     DirtyTracker* tracker, CopyMode mode) {
+                                                     DirtyTracker* tracker, CopyMode mode, SnapshotExtras extras) {
     SnapshotContent content;
     double state_ms = 0;
-    content.state = capture_state(kvm, machine, state_ms);
+    content.state = capture_state(kvm, machine, std::move(extras.devices), state_ms);
+    content.extra_parts = std::move(extras.extra_parts);
     const auto t = Clock::now();
     if (machine.config().log_dirty_pages) (void)collect_dirty_pages(machine, tracker);  // start a new epoch
     content.pages = populated_pages(machine.memory());
@@ -77,7 +80,7 @@ std::unique_ptr<PendingSnapshot> start_full_snapshot(const Kvm& kvm, Machine& ma
 
 std::unique_ptr<PendingSnapshot> start_diff_snapshot(const Kvm& kvm, Machine& machine, const std::string& dir,
                                                      const std::string& parent_dir, DirtyTracker* tracker,
-                                                     CopyMode mode) {
+                                                     CopyMode mode, SnapshotExtras extras) {
     if (!machine.config().log_dirty_pages)
         throw Error("diff snapshot: the machine does not log dirty pages (MachineConfig::log_dirty_pages)");
     if (!is_durable(parent_dir))
@@ -94,7 +97,8 @@ std::unique_ptr<PendingSnapshot> start_diff_snapshot(const Kvm& kvm, Machine& ma
         std::filesystem::relative(std::filesystem::absolute(parent_layer), std::filesystem::absolute(dir)).string(),
         parent.checksum()};
     double state_ms = 0;
-    content.state = capture_state(kvm, machine, state_ms);
+    content.state = capture_state(kvm, machine, std::move(extras.devices), state_ms);
+    content.extra_parts = std::move(extras.extra_parts);
     const auto t = Clock::now();
     content.pages = collect_dirty_pages(machine, tracker);
     const double dirty_ms = ms_since(t);
@@ -154,6 +158,7 @@ RestoredMachine restore_snapshot(const Kvm& kvm, const std::string& dir, MemoryB
                                         state_path, crc32c(bytes), listed->crc32c));
     if (!manifest.find(kLayerFileName))
         throw SnapshotError(fmt::format("{}/{}: memory.layer is not listed", dir, kManifestFileName));
+    out.devices = state.devices;
     out.state_ms = ms_since(t);
 
     t = Clock::now();

@@ -22,6 +22,14 @@ namespace nanovm::snapshot {
 
 inline constexpr const char* kFlatFileName = "memory.flat";
 
+/// What a snapshot of a machine with devices adds to the memory and KVM state.
+struct SnapshotExtras {
+    /// vm.state's "devices" section (JSON made by the device owner; empty: none).
+    std::string devices;
+    /// See SnapshotContent::extra_parts (null: none).
+    std::function<std::vector<std::string>(const std::string& dir)> extra_parts;
+};
+
 /// The pages written since the last call (or since logging began): KVM_GET_DIRTY_LOG
 /// of every memslot (which also clears it; KVM API doc 4.8) OR-ed with `tracker`
 /// (taken and cleared; may be null), as one bitmap over GuestMemory's linear pages.
@@ -37,7 +45,8 @@ PageBitmap collect_dirty_pages(Machine& machine, DirtyTracker* tracker);
 /// snapshot holds exactly what changed after this one (writes made during the
 /// background copy included). The Machine must outlive the PendingSnapshot.
 std::unique_ptr<PendingSnapshot> start_full_snapshot(const Kvm& kvm, Machine& machine, const std::string& dir,
-                                                     DirtyTracker* tracker, CopyMode mode = CopyMode::background);
+                                                     DirtyTracker* tracker, CopyMode mode = CopyMode::background,
+                                                     SnapshotExtras extras = {});
 
 /// Starts a diff snapshot of a paused `machine` into `dir`: vm.state and a memory
 /// layer of the pages collect_dirty_pages reports, whose parent is `parent_dir`'s
@@ -46,7 +55,8 @@ std::unique_ptr<PendingSnapshot> start_full_snapshot(const Kvm& kvm, Machine& ma
 /// Throws SnapshotError if the parent has no valid manifest.
 std::unique_ptr<PendingSnapshot> start_diff_snapshot(const Kvm& kvm, Machine& machine, const std::string& dir,
                                                      const std::string& parent_dir, DirtyTracker* tracker,
-                                                     CopyMode mode = CopyMode::background);
+                                                     CopyMode mode = CopyMode::background,
+                                                     SnapshotExtras extras = {});
 
 /// start_full_snapshot with the copy inside the pause, waited until durable.
 SnapshotStats write_full_snapshot(const Kvm& kvm, Machine& machine, const std::string& dir, DirtyTracker* tracker);
@@ -68,6 +78,7 @@ struct RestoredMachine {
     std::unique_ptr<Machine> machine;
     double memory_ms = 0;  ///< opening the chain (+ flattening, + mapping), ms
     double state_ms = 0;   ///< reading vm.state + creating the Machine + loading its state, ms
+    std::string devices;   ///< vm.state's "devices" section (empty: none), for the device owner
 };
 
 /// Restores `dir` into a new Machine (shape from vm.state; memslots with

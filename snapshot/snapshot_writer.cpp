@@ -103,7 +103,14 @@ void PendingSnapshot::write_rest() {
     stats_.data_pages = r.data_pages;
     stats_.layer_checksum = r.checksum;
     test_stall_point("layer");
-    write_manifest(dir_, {kStateFileName, kLayerFileName});
+    std::vector<std::string> parts{kStateFileName, kLayerFileName};
+    if (content_.extra_parts) {
+        t = Clock::now();
+        for (std::string& name : content_.extra_parts(dir_)) parts.push_back(std::move(name));
+        fsync_dir(dir_);
+        stats_.extra_ms = ms_since(t);
+    }
+    write_manifest(dir_, parts);
     stats_.durable_ms = ms_since(start_);
     durable_.store(true, std::memory_order_release);
 }

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -54,6 +55,7 @@ struct SnapshotStats {
     double dirty_ms = 0;         ///< KVM_GET_DIRTY_LOG + tracker, or the page scan
     double arm_ms = 0;           ///< registering + write-protecting guest RAM (background copy)
     double memory_ms = 0;        ///< writing memory.layer until fsync'd and renamed (after the pause when background)
+    double extra_ms = 0;         ///< SnapshotContent::extra_parts (e.g. placing disk layers)
     double durable_ms = 0;       ///< from the start of the writer until the manifest is on disk
     bool background = false;     ///< the layer was copied after the pause (write-protect)
     std::string fallback;        ///< why the copy stayed in the pause (empty if it did not have to)
@@ -72,6 +74,10 @@ struct SnapshotContent {
     PageBitmap pages;                 ///< linear pages of the layer
     std::optional<ParentRef> parent;  ///< diff layers: the parent layer
     bool drop_zero_pages = false;     ///< base layers: zero pages stay out of the bitmap
+    /// Writes the caller's own parts (e.g. disk layers) into the directory, after the
+    /// memory layer and before the manifest, on the writer's thread; returns their
+    /// file names, each already fsync'd. Throwing fails the snapshot (no manifest).
+    std::function<std::vector<std::string>(const std::string& dir)> extra_parts;
 };
 
 /// A snapshot being written. The constructor returns once nothing more needs the

@@ -57,6 +57,7 @@ bool known(uint32_t type) {
         case SectionType::vcpu_msrs:
         case SectionType::vcpu_lapic:
         case SectionType::vcpu_events:
+        case SectionType::devices:
         case SectionType::vcpu_mp_state:
         case SectionType::vcpu_cpuid:
         case SectionType::pic_master:
@@ -90,6 +91,7 @@ std::string section_name(uint32_t type, uint32_t instance) {
         case SectionType::ioapic: return "ioapic";
         case SectionType::pit2: return "pit2";
         case SectionType::clock: return "clock";
+        case SectionType::devices: return "devices";
     }
     if (vcpu_part) return fmt::format("vcpu {} {}", instance, vcpu_part);
     return fmt::format("type {:#x} instance {}", type, instance);

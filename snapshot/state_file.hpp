@@ -46,6 +46,10 @@ enum class SectionType : uint32_t {
     ioapic = 22,        ///< kvm_irqchip (KVM_IRQCHIP_IOAPIC)
     pit2 = 23,          ///< kvm_pit_state2
     clock = 24,         ///< kvm_clock_data
+    /// The VM's devices (virtio transports + queues + device structs, legacy devices,
+    /// disk chain names) as UTF-8 JSON written and read by the VMM layer that owns
+    /// the devices (api/vm_devices_state.cpp); absent for probe machines.
+    devices = 30,
 };
 
 /// "vcpu 1 lapic", "ioapic", "type 0x63": a section's name for messages.

@@ -54,6 +54,9 @@ struct VmState {
     std::vector<VcpuState> vcpus;      ///< index = vCPU index = vCPU id
     std::optional<IrqchipState> irqchip;
     kvm_clock_data clock{};            ///< 4.29 KVM_GET_CLOCK, ns
+    /// The "devices" section: JSON text made by the device owner (empty: none). Not
+    /// captured by capture_vm_state; the caller fills it while the VM is paused.
+    std::string devices;
 };
 
 /// Reads the whole state of `machine`, which must be paused (Machine::pause) or not

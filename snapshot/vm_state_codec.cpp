@@ -19,6 +19,7 @@ constexpr size_t kMaxXsaveBytes = 1 * 1024 * 1024;  // far above any CPU's XSAVE
 constexpr size_t kMaxMsrs = 1024;
 constexpr size_t kMaxCpuidEntries = 256;            // KVM_MAX_CPUID_ENTRIES
 constexpr uint64_t kMaxRamBytes = 1ULL << 40;       // 1 TiB
+constexpr size_t kMaxDevicesBytes = 4 << 20;        // device-state JSON
 
 template <typename T>
 std::span<const uint8_t> bytes_of_vector(const std::vector<T>& values) {
@@ -50,6 +51,9 @@ std::vector<uint8_t> encode_vm_state(const VmState& state) {
         w.add_object(SectionType::pit2, 0, state.irqchip->pit);
     }
     w.add_object(SectionType::clock, 0, state.clock);
+    if (!state.devices.empty())
+        w.add(SectionType::devices, 0,
+              {reinterpret_cast<const uint8_t*>(state.devices.data()), state.devices.size()});
     return w.finish();
 }
 
@@ -167,6 +171,12 @@ VmState decode_vm_state(std::span<const uint8_t> file, std::string_view file_nam
         state.irqchip = chip;
     }
     state.clock = d.object<kvm_clock_data>(need(SectionType::clock, 0));
+    if (const SectionView* devices = find(SectionType::devices, 0)) {
+        if (devices->payload.empty() || devices->payload.size() > kMaxDevicesBytes)
+            throw d.error(*devices, fmt::format("{} bytes: device state is 1 to {} bytes", devices->payload.size(),
+                                                kMaxDevicesBytes));
+        state.devices.assign(reinterpret_cast<const char*>(devices->payload.data()), devices->payload.size());
+    }
     return state;
 }
 

@@ -22,6 +22,7 @@
 #include "api/boot_command.hpp"
 #include "api/device_options.hpp"
 #include "api/paths.hpp"
+#include "snapshot/manifest.hpp"
 #include "vmm/error.hpp"
 #include "vmm/fd.hpp"
 #include "vmm/kvm_flavour.hpp"
@@ -123,8 +124,17 @@ std::vector<std::string> file_tail(const std::string& path, size_t lines) {
 std::string default_root_image() { return cache_dir() + "/rootfs/default/disk.ext4"; }
 
 StartedVm start_vm(const SandboxSpec& spec, bool attached, int signal_fd) {
-    const std::string image = spec.image.empty() ? default_root_image() : spec.image;
-    check_spec(spec, image);
+    const bool restore = !spec.restore_dir.empty();
+    const std::string image = restore ? "" : spec.image.empty() ? default_root_image() : spec.image;
+    if (restore) {
+        if (spec.memory_backend != "file" && spec.memory_backend != "uffd")
+            throw Error(fmt::format("--memory-backend {}: must be file or uffd", spec.memory_backend));
+        if (!snapshot::is_durable(spec.restore_dir))
+            throw Error(fmt::format("{}: not a complete snapshot (no valid manifest)", spec.restore_dir));
+        require_linux_capable_kvm(detect_kvm_host());
+    } else {
+        check_spec(spec, image);
+    }
     const std::string exe = self_executable();
     clean_stale_vm_dirs();
     NewVmDir dir = create_vm_dir();
@@ -151,6 +161,12 @@ StartedVm start_vm(const SandboxSpec& spec, bool attached, int signal_fd) {
                                      image,
                                      "--boot-timeout-ms",
                                      std::to_string(spec.boot_timeout.count())};
+    if (restore) {
+        args.push_back("--restore");
+        args.push_back(std::filesystem::absolute(spec.restore_dir).string());
+        args.push_back("--memory-backend");
+        args.push_back(spec.memory_backend);
+    }
     for (const std::string& d : spec.disks) {
         args.push_back("--disk");
         args.push_back(d);

@@ -23,6 +23,10 @@ struct SandboxSpec {
     std::string image;           ///< root disk image; empty: default_root_image()
     std::vector<std::string> disks;  ///< extra disks: PATH[,ro][,serial=ID]
     std::chrono::milliseconds boot_timeout{std::chrono::seconds(60)};
+    /// Non-empty: restore this snapshot directory instead of booting (cpus, memory,
+    /// image and disks then come from the snapshot and the fields above are ignored).
+    std::string restore_dir;
+    std::string memory_backend = "file";  ///< restore only: "file" or "uffd"
 };
 
 /// <cache_dir()>/rootfs/default/disk.ext4, the image tools/rootfs/build makes.

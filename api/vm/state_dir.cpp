@@ -212,7 +212,55 @@ bool remove_if_dead(const VmPaths& paths) {
     return true;
 }
 
+namespace {
+
+constexpr const char* kForkUsersLock = "users.lock";
+
+std::string forks_dir() { return run_dir() + "/forks"; }
+
+}  // namespace
+
+ForkBase new_fork_base(const std::string& parent_id) {
+    fs::create_directories(forks_dir());
+    ForkBase base;
+    base.dir = fmt::format("{}/{}-{}", forks_dir(), parent_id, new_vm_id());
+    if (::mkdir(base.dir.c_str(), 0700) != 0) throw_errno("mkdir " + base.dir);
+    const std::string lock = base.dir + "/" + kForkUsersLock;
+    Fd fd(::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+    if (!fd) throw_errno("open " + lock);
+    if (::flock(fd.get(), LOCK_SH) != 0) throw_errno("flock " + lock);
+    base.lock = std::move(fd);
+    return base;
+}
+
+Fd hold_fork_base(const std::string& dir) {
+    const std::string lock = dir + "/" + kForkUsersLock;
+    Fd fd(::open(lock.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) {
+        if (errno == ENOENT) return Fd();
+        throw_errno("open " + lock);
+    }
+    if (::flock(fd.get(), LOCK_SH) != 0) throw_errno("flock " + lock);
+    return fd;
+}
+
+void clean_unused_fork_bases() noexcept {
+    std::error_code ec;
+    for (fs::directory_iterator it(forks_dir(), ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string lock = (it->path() / kForkUsersLock).string();
+        Fd fd(::open(lock.c_str(), O_RDONLY | O_CLOEXEC));
+        try {
+            if (!fd || !try_lock(fd.get(), LOCK_EX)) continue;  // no lock file: not ours to judge
+        } catch (const std::exception&) {
+            continue;
+        }
+        std::error_code rm_ec;
+        fs::remove_all(it->path(), rm_ec);
+    }
+}
+
 std::vector<std::string> clean_stale_vm_dirs() {
+    clean_unused_fork_bases();
     std::vector<std::string> removed;
     for (const VmPaths& p : list_vm_dirs()) {
         if (remove_if_dead(p)) removed.push_back(p.id);

@@ -104,4 +104,24 @@ bool remove_if_dead(const VmPaths& paths);
 /// minutes (a nanovm killed while creating one). Returns the ids removed.
 std::vector<std::string> clean_stale_vm_dirs();
 
+/// A fork's shared snapshot (nanovm vm fork): <run_dir>/forks/<parent id>-<random id>/.
+/// Every VMM restored from it holds a shared flock on its `users.lock` for its life
+/// (hold_fork_base); the directory is removed by clean_unused_fork_bases once
+/// nobody holds it. `lock` is the creator's own shared hold.
+struct ForkBase {
+    std::string dir;
+    Fd lock;
+};
+
+/// Creates a new, empty fork base directory (0700) and its users.lock, held shared.
+/// Throws SysError naming the path.
+ForkBase new_fork_base(const std::string& parent_id);
+
+/// If `dir` is a fork base (has users.lock), takes a shared flock on it and returns
+/// the fd to keep open; else an invalid Fd. Throws SysError.
+Fd hold_fork_base(const std::string& dir);
+
+/// Removes every fork base that no process holds. Never throws.
+void clean_unused_fork_bases() noexcept;
+
 }  // namespace nanovm::vm

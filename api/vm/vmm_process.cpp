@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <thread>
@@ -24,6 +25,8 @@
 #include "api/device_options.hpp"
 #include "api/host_console.hpp"
 #include "api/linux_vm.hpp"
+#include "devices/virtio/blk/layered_disk.hpp"
+#include "snapshot/snapshot_writer.hpp"
 #include "api/vm/control_server.hpp"
 #include "api/vm/scratch_disk.hpp"
 #include "api/vm/state_dir.hpp"
@@ -157,14 +160,17 @@ agent::Endpoint agent_endpoint(const VmPaths& paths) {
 
 // Waits until the guest agent answers a PING, then reports ready; or reports the
 // failure and stops the VM when boot_timeout passes first.
+// With `resync` (a restored VM), the agent first reseeds the guest's RNG, steps its
+// wall clock and takes the hostname `hostname`; only then is the VM ready.
 void watch_readiness(const VmPaths& paths, std::chrono::milliseconds boot_timeout, Lifecycle& life, ReadyPipe& pipe,
-                     Machine& machine) {
+                     Machine& machine, bool resync) {
     const auto deadline = Clock::now() + boot_timeout;
     std::string last_error = "no attempt";
     while (!life.ended() && Clock::now() < deadline) {
         try {
             agent::AgentClient client = agent::AgentClient::connect(agent_endpoint(paths), std::chrono::seconds(2));
             client.ping();
+            if (resync) agent::resync_guest(client, paths.id);
             if (life.transition(VmState::booting, VmState::running)) pipe.ready();
             return;
         } catch (const std::exception& e) {
@@ -216,8 +222,14 @@ private:
 // The control commands of one VM.
 class ControlCommands {
 public:
-    ControlCommands(const VmmOptions& options, const VmPaths& paths, Machine& machine, Lifecycle& life)
-        : options_(options), paths_(paths), machine_(machine), life_(life), started_(Clock::now()) {}
+    ControlCommands(const VmmOptions& options, const VmPaths& paths, LinuxVm& vm, json config, Lifecycle& life)
+        : options_(options),
+          paths_(paths),
+          vm_(vm),
+          machine_(vm.machine()),
+          config_(std::move(config)),
+          life_(life),
+          started_(Clock::now()) {}
     ~ControlCommands() {
         if (stopper_.joinable()) stopper_.join();
     }
@@ -226,6 +238,7 @@ public:
         server.add_command("status", [this](const ControlRequest&) { return status(); });
         server.add_command("pause", [this](const ControlRequest&) { return pause(); });
         server.add_command("resume", [this](const ControlRequest&) { return resume(); });
+        server.add_command("snapshot", [this](const ControlRequest& r) { return snapshot(r.body); });
         server.add_command("stop", [this](const ControlRequest& r) { return stop(r.body); });
     }
 
@@ -269,6 +282,93 @@ private:
         return json{{"state", "running"}, {"resume_us", us}};
     }
 
+    static bool flag(const json& body, const char* name) {
+        auto it = body.find(name);
+        if (it == body.end()) return false;
+        if (!it->is_boolean()) throw ControlCommandError(fmt::format("\"{}\" must be true or false", name));
+        return it->get<bool>();
+    }
+
+    json snapshot(const json& body) {
+        auto it = body.find("dir");
+        if (it == body.end() || !it->is_string() || it->get<std::string>().empty() ||
+            it->get<std::string>().front() != '/')
+            throw ControlCommandError("\"dir\" must be an absolute path");
+        const std::string dir = it->get<std::string>();
+        const bool leave_paused = flag(body, "leave_paused");
+        const bool flatten = flag(body, "flatten");  // also build memory.flat (for the file restore backend)
+        const bool wait_durable = flag(body, "wait_durable") || flatten;
+        std::error_code ec;
+        if (std::filesystem::exists(dir, ec) && !std::filesystem::is_empty(dir, ec))
+            throw ControlCommandError(fmt::format("{}: exists and is not empty (a snapshot needs a new directory)", dir));
+        std::lock_guard lock(snapshot_mutex_);  // one snapshot at a time
+        // The previous snapshot's background copy must finish first: one write-protect copy at a time.
+        for (auto& p : pending_) {
+            try {
+                p->wait_durable();
+            } catch (const std::exception& e) {
+                log_line(fmt::format("snapshot {}: {}", p->dir(), e.what()));
+            }
+        }
+        pending_.clear();
+        const VmState before = life_.state();
+        if (before != VmState::running && before != VmState::paused)
+            throw ControlCommandError(fmt::format("cannot snapshot: the VM is {}", to_string(before)));
+        const auto t0 = Clock::now();
+        const bool was_paused = before == VmState::paused;
+        if (!was_paused) {
+            machine_.pause();
+            if (!life_.transition(VmState::running, VmState::paused)) {
+                machine_.resume();
+                throw ControlCommandError(fmt::format("cannot snapshot: the VM is {}", to_string(life_.state())));
+            }
+        }
+        const auto resume_if_needed = [&] {
+            if (!was_paused && !leave_paused) {
+                machine_.resume();
+                life_.transition(VmState::paused, VmState::running);
+            }
+        };
+        std::unique_ptr<snapshot::PendingSnapshot> pending;
+        try {
+            LinuxSnapshotRequest request;
+            request.dir = dir;
+            request.config = config_;
+            request.new_top_path = [this](size_t index) {
+                return fmt::format("{}/{}-disk{}-{}.layer", paths_.dir, options_.id, index, ++layer_counter_);
+            };
+            pending = vm_.start_snapshot(request);
+        } catch (const std::exception& e) {
+            resume_if_needed();
+            throw ControlCommandError(fmt::format("snapshot {}: {}", dir, e.what()));
+        }
+        const int64_t pause_us = micros_since(t0);
+        resume_if_needed();
+        const int64_t call_us = micros_since(t0);
+        json out{{"dir", dir},
+                 {"snapshot_ms", static_cast<double>(call_us) / 1000},
+                 {"pause_ms", static_cast<double>(pause_us) / 1000},
+                 {"state", to_string(life_.state())},
+                 {"background", pending->stats().background}};
+        if (wait_durable) {
+            try {
+                const snapshot::SnapshotStats& stats = pending->wait_durable();
+                out["durable"] = true;
+                out["durable_ms"] = stats.durable_ms;
+                if (flatten) {
+                    snapshot::ensure_flat_memory(dir);
+                    out["flat_ms"] = static_cast<double>(micros_since(t0)) / 1000;
+                }
+            } catch (const std::exception& e) {
+                throw ControlCommandError(fmt::format("snapshot {}: {}", dir, e.what()));
+            }
+        } else {
+            out["durable"] = pending->durable();
+            pending_.push_back(std::move(pending));
+        }
+        return out;
+    }
+
     json stop(const json& body) {
         bool force = false;
         int64_t timeout_ms = 10000;
@@ -310,8 +410,13 @@ private:
 
     const VmmOptions& options_;
     const VmPaths& paths_;
+    LinuxVm& vm_;
     Machine& machine_;
+    const json config_;  // what a snapshot keeps of how this VM was made (restored_boot_options reads it)
     Lifecycle& life_;
+    std::mutex snapshot_mutex_;
+    std::vector<std::unique_ptr<snapshot::PendingSnapshot>> pending_;  // not yet known durable
+    uint32_t layer_counter_ = 0;
     Clock::time_point started_;
     std::thread stopper_;  // at most one: a second stop finds the state stopping
 };
@@ -322,7 +427,9 @@ BootOptions boot_options(const VmmOptions& options, const VmPaths& paths) {
     boot.memory_mib = options.memory_mib;
     boot.root_disk = true;
     boot.disks.push_back(DiskOption{options.image, true, "nanovm-root"});
-    boot.disks.push_back(DiskOption{paths.disk(), false, "nanovm-upper"});
+    DiskOption upper{paths.disk(), false, "nanovm-upper"};
+    upper.block_size = kLayeredBlockSize;  // so that it can be frozen into layers (snapshots)
+    boot.disks.push_back(upper);
     for (const std::string& spec : options.disks) boot.disks.push_back(parse_disk_option(spec));
     boot.vsock = VsockOption{paths.vsock_socket(), 3};
     boot.append.push_back(kSandboxParams);
@@ -330,37 +437,110 @@ BootOptions boot_options(const VmmOptions& options, const VmPaths& paths) {
     return boot;
 }
 
-int serve(const VmmOptions& options, ReadyPipe& pipe) {
-    if (!is_vm_id(options.id)) throw Error(fmt::format("{}: not a VM id", options.id));
+// What a snapshot keeps of how the VM was made, for restored_boot_options.
+json vm_config(const VmmOptions& options, const BootOptions& boot) {
+    json disks = json::array();
+    for (const DiskOption& d : boot.disks)
+        disks.push_back(json{{"path", d.path}, {"read_only", d.read_only}, {"serial", d.serial},
+                             {"block_size", d.block_size}});
+    return json{{"cpus", options.cpus},       {"memory_mib", options.memory_mib}, {"image", options.image},
+                {"user_disks", options.disks}, {"disk_options", std::move(disks)}};
+}
+
+// The devices of a VM restored from `dir` as `saved` describes them, in this VM's
+// state directory: read-only disks as they were, each writable disk as a new top
+// layer over the frozen one. Fills the shape fields of `options`.
+BootOptions restored_boot_options(const json& saved, const std::string& dir, const VmPaths& paths,
+                                  VmmOptions& options) {
+    const json& config = saved.at("config");
+    config.at("cpus").get_to(options.cpus);
+    config.at("memory_mib").get_to(options.memory_mib);
+    config.at("image").get_to(options.image);
+    config.at("user_disks").get_to(options.disks);
+    BootOptions boot;
+    boot.cpus = options.cpus;
+    boot.memory_mib = options.memory_mib;
+    boot.root_disk = true;
+    const json& disks = config.at("disk_options");
+    const json& frozen = saved.at("disks");
+    if (!disks.is_array() || !frozen.is_array() || disks.size() != frozen.size())
+        throw Error(fmt::format("{}/vm.state: the disk lists do not match", dir));
+    for (size_t i = 0; i < disks.size(); ++i) {
+        DiskOption d{disks[i].at("path").get<std::string>(), disks[i].at("read_only").get<bool>(),
+                     disks[i].at("serial").get<std::string>()};
+        disks[i].at("block_size").get_to(d.block_size);
+        const json& layer = frozen[i].at("frozen");
+        if (!layer.is_null()) {
+            const std::string name = layer.get<std::string>();
+            const std::string parent = name.find('/') == std::string::npos ? dir + "/" + name : name;
+            d.path = fmt::format("{}/{}-disk{}-0.layer", paths.dir, options.id, i);
+            d.read_only = false;
+            virtio::blk::LayeredDisk::create_top(d.path, parent);
+        }
+        boot.disks.push_back(std::move(d));
+    }
+    boot.vsock = VsockOption{paths.vsock_socket(), 3};
+    boot.append.push_back(kSandboxParams);
+    boot.console = paths.console_log();
+    return boot;
+}
+
+int serve(const VmmOptions& requested, ReadyPipe& pipe) {
+    if (!is_vm_id(requested.id)) throw Error(fmt::format("{}: not a VM id", requested.id));
+    VmmOptions options = requested;
     const VmPaths paths = vm_paths(options.id);
+    const bool restore = !options.restore_dir.empty();
+    Fd console(::open(paths.console_log().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    if (!console) throw_errno("open " + paths.console_log());
+
+    // Signals are blocked before any thread starts, so only the watcher sees them.
+    const Fd signals = block_termination_signals();
+    std::unique_ptr<LinuxVm> vm;
+    BootOptions boot;
+    // A fork's shared snapshot stays while any VM restored from it runs.
+    const Fd fork_base = restore ? hold_fork_base(options.restore_dir) : Fd();
+    if (restore) {
+        if (options.memory_backend != "file" && options.memory_backend != "uffd")
+            throw Error(fmt::format("--memory-backend {}: must be file or uffd", options.memory_backend));
+        const auto backend =
+            options.memory_backend == "uffd" ? snapshot::MemoryBackend::uffd : snapshot::MemoryBackend::file;
+        vm = std::make_unique<LinuxVm>(
+            options.restore_dir, backend,
+            [&](const json& saved) {
+                try {
+                    boot = restored_boot_options(saved, options.restore_dir, paths, options);
+                } catch (const json::exception& e) {
+                    throw Error(fmt::format("{}/vm.state: devices: {}", options.restore_dir, e.what()));
+                }
+                return boot;
+            },
+            console.get());
+    } else {
+        if (options.image.empty()) throw Error("--image is required");
+        create_scratch_disk(paths.disk());
+        boot = boot_options(options, paths);
+        vm = std::make_unique<LinuxVm>(boot, console.get());
+    }
     write_vm_info(paths.info_file(),
                   VmInfo{options.id, ::getpid(), options.cpus, options.memory_mib,
                          std::chrono::duration_cast<std::chrono::milliseconds>(
                              std::chrono::system_clock::now().time_since_epoch())
                              .count(),
                          options.image});
-    create_scratch_disk(paths.disk());
-    const BootOptions boot = boot_options(options, paths);
-    Fd console(::open(paths.console_log().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-    if (!console) throw_errno("open " + paths.console_log());
-
-    // Signals are blocked before any thread starts, so only the watcher sees them.
-    const Fd signals = block_termination_signals();
-    LinuxVm vm(boot, console.get());
     Lifecycle life;
     // The server stops (destroyed first) before the commands it calls go away.
-    ControlCommands commands(options, paths, vm.machine(), life);
+    ControlCommands commands(options, paths, *vm, vm_config(options, boot), life);
     ControlServer server(paths.control_socket());
     commands.install(server);
     server.start();
-    SignalWatcher watcher(signals.get(), vm.machine(), life);
+    SignalWatcher watcher(signals.get(), vm->machine(), life);
     std::thread readiness(
-        [&] { watch_readiness(paths, options.boot_timeout, life, pipe, vm.machine()); });
+        [&] { watch_readiness(paths, options.boot_timeout, life, pipe, vm->machine(), restore); });
 
-    const StopReason reason = vm.run();
+    const StopReason reason = vm->run();
     life.mark_ended();
     readiness.join();
-    const GuestOutcome outcome = vm.outcome(reason);
+    const GuestOutcome outcome = vm->outcome(reason);
     const bool clean = outcome == GuestOutcome::poweroff || outcome == GuestOutcome::stopped;
     if (!pipe.finished())
         pipe.error(fmt::format("the guest stopped before its agent answered ({})", reason.describe()),

@@ -16,6 +16,13 @@
 //                            state: booting | running | paused | stopping
 //   pause                    vCPUs out of KVM_RUN; {"state": "paused", "pause_us"}
 //   resume                   {"state": "running", "resume_us"}
+//   snapshot dir [leave_paused] [wait_durable]
+//                            pauses (unless paused), drains the devices, freezes the
+//                            writable disk, saves vCPU/device state, starts the memory
+//                            copy in the background and resumes (unless leave_paused);
+//                            {"dir", "snapshot_ms" (request -> running again), "pause_ms",
+//                             "durable", "durable_ms" (with wait_durable)}. `dir` must be
+//                            absolute and missing or empty.
 //   stop [force] [timeout_ms]  graceful: the agent powers the guest off; after
 //                            timeout_ms (default 10000) or with force: the VMM stops the
 //                            vCPUs at once. Answers {"state": "stopping"} right away.
@@ -38,6 +45,11 @@ struct VmmOptions {
     std::string image;              ///< the root disk image, attached read-only
     std::vector<std::string> disks;  ///< extra --disk specs (/dev/vdc, ...)
     std::chrono::milliseconds boot_timeout{std::chrono::seconds(60)};
+    /// Non-empty: restore this snapshot directory (absolute) instead of booting; the
+    /// shape, image and disks then come from the snapshot. Before "ready" the guest is
+    /// resynced by its agent: RNG reseeded, wall clock stepped, hostname = the id.
+    std::string restore_dir;
+    std::string memory_backend = "file";  ///< "file" or "uffd" (snapshot::MemoryBackend)
 };
 
 /// The guest kernel parameters a sandbox boots with (besides the device ones): the

@@ -227,4 +227,24 @@ size_t Serial::rx_space() const {
     return rx_space_locked();
 }
 
+SerialState Serial::save_state() const {
+    std::lock_guard lock(mutex_);
+    return SerialState{ier_, fcr_, lcr_, mcr_, scr_, dll_, dlm_, lsr_errors_, msr_deltas_, thre_pending_};
+}
+
+void Serial::load_state(const SerialState& state) {
+    std::lock_guard lock(mutex_);
+    ier_ = state.ier;
+    fcr_ = state.fcr;
+    lcr_ = state.lcr;
+    mcr_ = state.mcr;
+    scr_ = state.scr;
+    dll_ = state.dll;
+    dlm_ = state.dlm;
+    lsr_errors_ = state.lsr_errors;
+    msr_deltas_ = state.msr_deltas;
+    thre_pending_ = state.thre_pending;
+    update_irq();
+}
+
 }  // namespace nanovm

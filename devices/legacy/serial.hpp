@@ -29,6 +29,14 @@
 
 namespace nanovm {
 
+/// The UART's registers as a snapshot keeps them (the FIFOs are not kept: host input
+/// not yet read by the guest belongs to the host console of the VMM that took it).
+struct SerialState {
+    uint8_t ier = 0, fcr = 0, lcr = 0, mcr = 0, scr = 0, dll = 0x0c, dlm = 0;
+    uint8_t lsr_errors = 0, msr_deltas = 0;
+    bool thre_pending = false;
+};
+
 class Serial : public BusDevice {
 public:
     /// Where transmitted bytes go (the console). Called on vCPU threads, in order,
@@ -53,6 +61,12 @@ public:
     size_t receive(std::span<const uint8_t> bytes);
     /// Free space in the receive backlog, bytes.
     size_t rx_space() const;
+
+    /// The registers (for a snapshot; vCPUs paused). Any thread.
+    SerialState save_state() const;
+    /// Sets the registers from a snapshot and the IRQ line to match. Any thread,
+    /// before the restored vCPUs run. Values are the guest's own; any byte is valid.
+    void load_state(const SerialState& state);
 
 private:
     uint8_t read_register(uint8_t reg);

@@ -63,6 +63,66 @@ std::vector<QueueState> MmioTransport::queue_states() const {
     return out;
 }
 
+void MmioTransport::load_state(const MmioTransportState& state, const std::vector<QueueState>& queues) {
+    std::lock_guard lock(mutex_);
+    if (status_.load() != 0 || active_) throw Error(fmt::format("{}: load_state on a transport in use", device_.name()));
+    const auto refuse = [&](const std::string& why) {
+        reset_locked();
+        return Error(fmt::format("{}: saved transport state refused: {}", device_.name(), why));
+    };
+    if (queues.size() != queues_.size())
+        throw refuse(fmt::format("{} queues saved, the device has {}", queues.size(), queues_.size()));
+    constexpr uint32_t kKnownStatus = status::kAcknowledge | status::kDriver | status::kFeaturesOk |
+                                      status::kDriverOk | status::kDeviceNeedsReset | status::kFailed;
+    if (state.status & ~kKnownStatus) throw refuse(fmt::format("unknown status bits {:#x}", state.status));
+    const bool features_ok = (state.status & status::kFeaturesOk) != 0;
+    if (features_ok && ((state.driver_features & ~offered_) != 0 || !(state.driver_features & feature::kVersion1)))
+        throw refuse(fmt::format("driver features {:#x} not within the offer {:#x}", state.driver_features, offered_));
+    const bool event_idx = features_ok && (state.driver_features & feature::kRingEventIdx);
+    const bool indirect = features_ok && (state.driver_features & feature::kRingIndirectDesc);
+    for (size_t i = 0; i < queues.size(); ++i) {
+        Virtqueue& q = queues_[i];
+        const QueueState& saved = queues[i];
+        if (saved.size == 0 || saved.size > q.max_size() || (saved.size & (saved.size - 1)) != 0)
+            throw refuse(fmt::format("queue {}: size {} (max {}, a power of two)", i, saved.size, q.max_size()));
+        if (saved.ready && !features_ok) throw refuse(fmt::format("queue {}: ready before FEATURES_OK", i));
+        if (saved.event_idx != event_idx || saved.indirect != indirect)
+            throw refuse(fmt::format("queue {}: ring features differ from the driver's", i));
+        q.state() = saved;
+        if (saved.ready) {
+            try {
+                q.check_layout(memory_);
+            } catch (const QueueError& e) {
+                throw refuse(e.what());
+            }
+        }
+    }
+    device_features_sel_ = state.device_features_sel;
+    driver_features_sel_ = state.driver_features_sel;
+    driver_features_ = state.driver_features;
+    queue_sel_ = state.queue_sel;
+    config_generation_ = state.config_generation;
+    interrupt_status_ = state.interrupt_status & (mmio::kInterruptUsedRing | mmio::kInterruptConfigChange);
+    status_ = state.status;
+    if (state.status & status::kDeviceNeedsReset) {
+        fail_reported_ = true;  // it stays failed until the driver resets it
+    } else if (state.status & status::kDriverOk) {
+        active_ = std::make_unique<ActiveDevice>(ActiveDevice{memory_, queues_, driver_features_, *this, loop_});
+        try {
+            loop_.run_sync([this] {
+                device_.activate(*active_);
+                live_ = !failed();
+            });
+        } catch (const std::exception& e) {
+            fail(fmt::format("activation after restore failed: {}", e.what()));
+        }
+    }
+    if (interrupt_status_.load() != 0) {
+        const uint64_t one = 1;
+        [[maybe_unused]] const ssize_t n = ::write(irq_fd_.get(), &one, sizeof(one));
+    }
+}
+
 Virtqueue* MmioTransport::selected_queue() { return queue_sel_ < queues_.size() ? &queues_[queue_sel_] : nullptr; }
 
 void MmioTransport::read(uint64_t offset, std::span<uint8_t> data) {

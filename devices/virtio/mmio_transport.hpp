@@ -65,6 +65,17 @@ public:
     MmioTransportState state() const;
     std::vector<QueueState> queue_states() const;
 
+    /// Takes the registers and queues a snapshot saved (state(), queue_states()), on
+    /// a transport that the driver has not touched yet, the device's own state
+    /// already loaded. If the saved status has DRIVER_OK (and not NEEDS_RESET) the
+    /// device is activated on the loop thread as if the driver had just set it, and
+    /// a saved pending interrupt is raised again (its irqfd edge may have been lost
+    /// with the old process). The saved values are untrusted: queue count, sizes
+    /// (power of two, <= QueueNumMax), ring alignment and placement in guest RAM,
+    /// driver features (a subset of the offer, VERSION_1) are checked. Throws Error
+    /// naming the device and what is wrong; the transport is then left reset.
+    void load_state(const MmioTransportState& state, const std::vector<QueueState>& queues);
+
     /// The features offered: device bits | VERSION_1 | EVENT_IDX | INDIRECT_DESC.
     uint64_t offered_features() const noexcept { return offered_; }
 

@@ -106,6 +106,13 @@ else
   not_ok "agent checks: the default root disk was not given (tools/rootfs/build --print-path default)"
 fi
 
+# 9. Snapshot, restore and fork of a Linux guest (tests/testhost/snapshot_checks.sh).
+if [ -n "$default_root" ]; then
+  . "$(dirname "$0")/snapshot_checks.sh"
+else
+  not_ok "snapshot checks: the default root disk was not given (tools/rootfs/build --print-path default)"
+fi
+
 # The plan comes last (TAP allows it at the end): every check above counts.
 echo "1..$n"
 [ "$failed" = 0 ]

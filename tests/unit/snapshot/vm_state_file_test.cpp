@@ -73,6 +73,15 @@ TEST_CASE("a VM state encodes and decodes to the same state", "[snapshot][unit]"
     CHECK(encode_vm_state(d) == file);  // byte-identical re-encoding
 }
 
+TEST_CASE("vm.state keeps the device owner's \"devices\" section, absent when empty", "[snapshot][unit]") {
+    VmState s = sample_state();
+    CHECK(decode_vm_state(encode_vm_state(s), "vm.state").devices.empty());
+    s.devices = R"({"version":1,"devices":{"virtio":[]}})";
+    const std::vector<uint8_t> file = encode_vm_state(s);
+    CHECK(decode_vm_state(file, "vm.state").devices == s.devices);
+    CHECK(file.size() > encode_vm_state(sample_state()).size() + s.devices.size());
+}
+
 TEST_CASE("vm.state with a missing, duplicated or mis-sized section is refused naming it", "[snapshot][unit]") {
     const VmState s = sample_state();
     const auto sections_of = [](const std::vector<uint8_t>& file) { return parse_state_file(file, "x"); };

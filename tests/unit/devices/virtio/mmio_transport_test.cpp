@@ -422,3 +422,64 @@ TEST_CASE("virtio-mmio: a QueueError in queue_notify fails that device only, unt
     a.expect_round_trip({1, 2, 3});
     b.expect_round_trip({4});
 }
+
+TEST_CASE("virtio-mmio: load_state continues a saved transport in a new one (snapshot restore)",
+          "[virtio][mmio][snapshot]") {
+    EventLoop loop;
+    TransportBench b(loop);
+    REQUIRE(b.driver.bring_up());
+    b.expect_round_trip({1, 2, 3});
+    b.expect_round_trip({4, 5});
+    const MmioTransportState saved = b.transport.state();
+    const std::vector<QueueState> queues = b.transport.queue_states();
+    REQUIRE(queues[0].next_used == 2);
+
+    // A new device and transport over the same guest memory, as a restored VMM has.
+    test::EchoDevice device({16, 8});
+    MmioTransport restored(device, b.memory, loop);
+    restored.load_state(saved, queues);
+    CHECK(restored.status() == saved.status);
+    CHECK(restored.state().driver_features == saved.driver_features);
+    CHECK(restored.queue_states()[0].next_avail == 2);
+    CHECK(restored.queue_states()[1].desc_table == queues[1].desc_table);
+
+    // The driver's next request is served by the restored device where the old one stopped.
+    const auto posted = b.driver.post(0, {test::TestBuffer::in({9, 9, 9, 9}), test::TestBuffer::out(8)});
+    const uint32_t queue0 = 0;
+    restored.write(mmio::kQueueNotify, {reinterpret_cast<const uint8_t*>(&queue0), 4});
+    REQUIRE(b.driver.wait_used(0, 3));
+    CHECK(b.driver.queue(0).used(2).id == posted.head);
+    CHECK(b.driver.read_guest(posted.writable_gpas[0], 4) == std::vector<uint8_t>{9, 9, 9, 9});
+}
+
+TEST_CASE("virtio-mmio: load_state refuses saved state that does not fit, and stays reset", "[virtio][mmio][snapshot]") {
+    EventLoop loop;
+    TransportBench b(loop);
+    REQUIRE(b.driver.bring_up());
+    const MmioTransportState saved = b.transport.state();
+    const std::vector<QueueState> queues = b.transport.queue_states();
+
+    const auto refused = [&](MmioTransportState state, std::vector<QueueState> qs, const std::string& words) {
+        test::EchoDevice device({16, 8});
+        MmioTransport t(device, b.memory, loop);
+        CHECK_THROWS_WITH(t.load_state(state, qs), Catch::Contains(words));
+        CHECK(t.status() == 0);
+        CHECK_FALSE(t.queue_states()[0].ready);
+    };
+    std::vector<QueueState> bad = queues;
+    bad[0].size = 12;
+    refused(saved, bad, "queue 0: size 12");
+    bad = queues;
+    bad[1].size = 32;  // QueueNumMax is 8
+    refused(saved, bad, "queue 1: size 32");
+    bad = queues;
+    bad[0].used_ring = 16 * MiB - 8;  // runs past the end of guest RAM
+    refused(saved, bad, "queue 0");
+    refused(saved, {queues[0]}, "1 queues saved, the device has 2");
+    MmioTransportState foreign = saved;
+    foreign.driver_features |= 1ull << 50;
+    refused(foreign, queues, "not within the offer");
+    MmioTransportState unknown = saved;
+    unknown.status |= 0x10;
+    refused(unknown, queues, "unknown status bits");
+}

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Snapshot, restore and fork of a Linux guest with its agent (issue 5), run INSIDE the
+# test host by checks.sh (same test-host boot). Prints TAP lines numbered from $n.
+# Usage (sourced): . snapshot_checks.sh   with $nanovm $work $default_root set.
+# Guests are small (256 MiB) on purpose: the test host is emulated.
+
+sn=$work/snapshot
+rm -rf "$sn"; mkdir -p "$sn"
+export NANOVM_RUN_DIR=$sn/run
+simg=$default_root
+svm() { timeout 300 "$nanovm" vm "$@" </dev/null; }
+sshow() { local f; for f in "$@"; do [ -s "$sn/$f" ] && { echo "# $f:"; diag "$sn/$f" 15; }; done; }
+# guest ID CMD: runs the shell line CMD in VM ID, stdout only.
+guest() { svm exec "$1" -- sh -c "$2" 2>>"$sn/exec.err"; }
+
+# S1. A running VM with a file and a background counter is snapshotted; it runs on.
+parent=$(svm start --image "$simg" --memory 256 --cpus 2 2>"$sn/start.err")
+guest "$parent" 'echo before-snapshot > /root/kept.txt; sync' >/dev/null
+guest "$parent" 'setsid sh -c "i=0; while :; do i=\$((i+1)); echo \$i > /tmp/count; sleep 0.2; done" </dev/null >/dev/null 2>&1 &' >/dev/null
+sleep 2
+count_before=$(guest "$parent" 'cat /tmp/count')
+svm snapshot "$parent" --wait-durable "$sn/snap1" >"$sn/snap1.json" 2>"$sn/snap1.err"; snap_status=$?
+snap_host_time=$(date +%s)
+count_parent_after=$(sleep 1; guest "$parent" 'cat /tmp/count')
+if [ "$snap_status" = 0 ] && grep -q '"durable":true' "$sn/snap1.json" && [ -f "$sn/snap1/manifest" ] &&
+   [ -n "$count_before" ] && [ "${count_parent_after:-0}" -gt "$count_before" ]; then
+  ok "vm snapshot --wait-durable of a running VM: durable, parent counts on ($count_before -> $count_parent_after): $(cat "$sn/snap1.json")"
+else
+  not_ok "vm snapshot --wait-durable (exit $snap_status, counter $count_before -> $count_parent_after)"
+  sshow start.err snap1.json snap1.err exec.err
+fi
+
+# S2. Restore into a new VMM after >= 15 s: file, running counter, agent, clock.
+sleep $((15 - ($(date +%s) - snap_host_time) > 0 ? 15 - ($(date +%s) - snap_host_time) : 0))
+restored=$(svm restore "$sn/snap1" 2>"$sn/restore.err"); restore_status=$?
+kept=$(guest "$restored" 'cat /root/kept.txt')
+c1=$(guest "$restored" 'cat /tmp/count'); sleep 2; c2=$(guest "$restored" 'cat /tmp/count')
+skew=$(( $(guest "$restored" 'date +%s') - $(date +%s) )); skew=${skew#-}
+if [ "$restore_status" = 0 ] && [ "$kept" = before-snapshot ]; then
+  ok "vm restore (file backend): the file written before the snapshot is there; the agent answers"
+else
+  not_ok "vm restore: file kept (exit $restore_status, got '$kept')"; sshow restore.err exec.err
+fi
+if [ -n "$c1" ] && [ -n "$c2" ] && [ "$c1" -ge "$count_before" ] && [ "$c2" -gt "$c1" ]; then
+  ok "a background process keeps counting across the restore ($count_before at snapshot, $c1 -> $c2 after)"
+else
+  not_ok "background counter across restore (at snapshot $count_before, after '$c1' -> '$c2')"
+fi
+check "the restored guest's clock is within 1 s of the host's, 15+ s after the snapshot (skew ${skew:-?} s)" \
+  test -n "$skew" -a "${skew:-99}" -le 1
+
+# S3. The same snapshot with the uffd backend.
+uffd_vm=$(svm restore --memory-backend uffd "$sn/snap1" 2>"$sn/restore-uffd.err"); uffd_status=$?
+uffd_kept=$(guest "$uffd_vm" 'cat /root/kept.txt')
+check "vm restore --memory-backend uffd: the file is there (exit $uffd_status)" test "$uffd_kept" = before-snapshot
+svm stop "$uffd_vm" >/dev/null 2>&1
+
+# S4. Snapshot of a restored VM, and its restore.
+guest "$restored" 'echo second-generation > /root/gen2.txt; sync' >/dev/null
+svm snapshot "$restored" --wait-durable "$sn/snap2" >"$sn/snap2.json" 2>"$sn/snap2.err"; s2=$?
+third=$(svm restore "$sn/snap2" 2>"$sn/restore2.err")
+gen=$(guest "$third" 'cat /root/kept.txt /root/gen2.txt' | tr '\n' ' ')
+check "a restored VM is snapshotted and restored again: both files there (exit $s2, got '$gen')" \
+  test "$gen" = "before-snapshot second-generation "
+svm stop "$third" >/dev/null 2>&1
+
+# S5. fork -n 4: four children, each with the parent's file, different random bytes,
+# private writes.
+svm fork "$parent" -n 4 >"$sn/fork.out" 2>"$sn/fork.err"; fork_status=$?
+mapfile -t kids <"$sn/fork.out"
+: >"$sn/random.txt"; kid_files=""
+for k in "${kids[@]}"; do
+  guest "$k" 'head -c 32 /dev/urandom | od -An -tx1 | tr -d " \n"; echo' >>"$sn/random.txt"
+  guest "$k" 'python3 -c "import os; print(os.urandom(16).hex())"' >>"$sn/random.txt"
+  guest "$k" "echo $k > /root/mine.txt" >/dev/null
+  kid_files+="$(guest "$k" 'cat /root/kept.txt'):"
+done
+distinct=$(sort -u "$sn/random.txt" | grep -c .)
+own_ok=1
+for k in "${kids[@]}"; do [ "$(guest "$k" 'cat /root/mine.txt')" = "$k" ] || own_ok=0; done
+parent_mine=$(guest "$parent" 'cat /root/mine.txt 2>/dev/null || echo none')
+if [ "$fork_status" = 0 ] && [ "${#kids[@]}" = 4 ] && [ "$distinct" = 8 ] &&
+   [ "$kid_files" = "before-snapshot:before-snapshot:before-snapshot:before-snapshot:" ] &&
+   [ "$own_ok" = 1 ] && [ "$parent_mine" = none ]; then
+  ok "vm fork -n 4: 4 children with the parent's file; /dev/urandom and os.urandom differ in all 8 reads; writes stay private"
+else
+  not_ok "vm fork -n 4 (exit $fork_status, ${#kids[@]} ids, $distinct distinct of 8, files '$kid_files', own $own_ok, parent '$parent_mine')"
+  sshow fork.out fork.err random.txt exec.err
+fi
+
+# S6. Fork of a forked child.
+svm fork "${kids[0]:-none}" -n 1 >"$sn/fork2.out" 2>"$sn/fork2.err"; f2=$?
+grandchild=$(head -1 "$sn/fork2.out")
+gc=$(guest "$grandchild" 'cat /root/mine.txt')
+check "a forked child forks again: the grandchild has the child's file (exit $f2)" test "$gc" = "${kids[0]:-x}"
+for k in "${kids[@]}" "$grandchild"; do svm stop "$k" >/dev/null 2>&1; done
+
+# S7. A flipped byte in a part is refused, naming the part.
+for part in vm.state memory.layer disk.ext4; do
+  rm -rf "$sn/bad"; cp -a --sparse=always "$sn/snap1" "$sn/bad"; rm -f "$sn/bad/memory.flat"
+  size=$(stat -c %s "$sn/bad/$part")
+  python3 - "$sn/bad/$part" "$size" <<'EOF'
+import sys
+path, size = sys.argv[1], int(sys.argv[2])
+with open(path, "r+b") as f:
+    # vm.state: a byte in the middle; the others: a byte of the first data after 1 MiB
+    off = size // 2 if path.endswith("vm.state") else None
+    if off is None:
+        import os
+        fd = f.fileno()
+        off = os.lseek(fd, 1 << 20, os.SEEK_DATA) + 100
+    f.seek(off); b = f.read(1); f.seek(off); f.write(bytes([b[0] ^ 0x40]))
+EOF
+  svm restore "$sn/bad" >"$sn/bad.out" 2>"$sn/bad-$part.err"; bad_status=$?
+  check "a flipped byte in $part is refused, naming it (exit $bad_status: $(head -c 200 "$sn/bad-$part.err"))" \
+    grep -q "$part" "$sn/bad-$part.err"
+done
+
+# S8. SIGKILL of the VMM in the middle of a snapshot leaves nothing durable-looking.
+stall=$(NANOVM_TEST_SNAPSHOT_STALL=layer timeout 300 "$nanovm" vm start --image "$simg" --memory 256 2>"$sn/stall-start.err" </dev/null)
+svm snapshot "$stall" "$sn/stalled" >"$sn/stall.json" 2>"$sn/stall.err"
+for _ in $(seq 100); do grep -q "test stall at layer" "$NANOVM_RUN_DIR/vms/$stall/vmm.log" 2>/dev/null && break; sleep 0.2; done
+pkill -KILL -f -- "_vmm --id $stall" ; sleep 1
+svm restore "$sn/stalled" >/dev/null 2>"$sn/stalled-restore.err"; stalled_status=$?
+if [ ! -e "$sn/stalled/manifest" ] && [ "$stalled_status" != 0 ] && grep -qi "manifest" "$sn/stalled-restore.err"; then
+  ok "SIGKILL of the VMM while its snapshot is being written: no manifest, restore refuses it ($(head -c 120 "$sn/stalled-restore.err"))"
+else
+  not_ok "SIGKILL mid-snapshot leaves no durable-looking snapshot (manifest: $([ -e "$sn/stalled/manifest" ] && echo yes || echo no), restore exit $stalled_status)"
+  sshow stall.json stall.err stalled-restore.err
+fi
+
+# S9. A snapshot into a non-empty directory is refused; the VM is unharmed.
+svm snapshot "$parent" "$sn/snap1" >/dev/null 2>"$sn/nonempty.err"; ne=$?
+alive=$(guest "$parent" 'echo alive')
+check "vm snapshot into a non-empty directory exits 1 with a message; the VM runs on (exit $ne)" \
+  test "$ne" = 1 -a "$alive" = alive -a -s "$sn/nonempty.err"
+
+for v in "$parent" "$restored"; do svm stop "$v" >/dev/null 2>&1; done
+svm list >/dev/null 2>&1  # removes dead VMs' dirs and unused fork bases
+check "after every VM stopped: no VMM process, no fork base left ($(ls "$NANOVM_RUN_DIR/forks" 2>/dev/null | wc -l) bases)" \
+  test "$(pgrep -f -- "$nanovm _vmm" | wc -l)" = 0 -a "$(ls "$NANOVM_RUN_DIR/forks" 2>/dev/null | wc -l)" = 0
