@@ -184,7 +184,7 @@ private:
         bool zero_range = false;  // the fallocate in flight is a ZERO_RANGE (not a PUNCH_HOLE)
         bool syncing = false;   // the final write-through fdatasync is in flight
         uint8_t retries = 0;    // resubmissions after EINTR/EAGAIN
-        std::vector<iovec> piece;  // layered IN: the iovecs of the run being read (kept for the kernel)
+        std::vector<iovec> piece{};  // layered IN: the iovecs of the run being read (kept for the kernel)
     };
     struct AtomicCounters {
         std::atomic<uint64_t> reads{0}, writes{0}, flushes{0}, discards{0}, write_zeroes{0}, get_ids{0},
