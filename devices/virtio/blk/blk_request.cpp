@@ -21,6 +21,11 @@ BlockRequest& fail(BlockRequest& request, uint8_t status, const char* why) {
     return request;
 }
 
+// Are a byte offset and length (already inside the disk) multiples of `alignment`?
+bool aligned(uint64_t offset, uint64_t length, uint64_t alignment) {
+    return offset % alignment == 0 && length % alignment == 0;
+}
+
 // [sector, sector + sectors) inside [0, capacity)? Overflow-safe.
 bool in_capacity(uint64_t sector, uint64_t sectors, uint64_t capacity) {
     return sector <= capacity && sectors <= capacity - sector;
@@ -58,6 +63,10 @@ void parse_segments(BlockRequest& request, ChainReader& reader, uint64_t data_by
             fail(request, request_status::kIoErr, "segment beyond the capacity");
             return;
         }
+        if (!aligned(seg.sector << kSectorShift, uint64_t{seg.num_sectors} << kSectorShift, limits.io_alignment)) {
+            fail(request, request_status::kIoErr, "segment not aligned to the block size");
+            return;
+        }
         request.ranges.push_back({seg.sector << kSectorShift, uint64_t{seg.num_sectors} << kSectorShift,
                                   (seg.flags & kSegmentFlagUnmap) != 0});
     }
@@ -93,6 +102,8 @@ BlockRequest parse_request(GuestMemory& memory, const DescriptorChain& chain, co
             if (bytes > kMaxDataBytes) return fail(request, request_status::kIoErr, "data longer than 4 GiB");
             if (!in_capacity(header.sector, bytes >> kSectorShift, limits.capacity_sectors))
                 return fail(request, request_status::kIoErr, "sectors beyond the capacity");
+            if (!aligned(header.sector << kSectorShift, bytes, limits.io_alignment))
+                return fail(request, request_status::kIoErr, "offset or length not aligned to the block size");
             if (!in && limits.read_only) return fail(request, request_status::kIoErr, "write to a read-only disk");
             request.offset = header.sector << kSectorShift;
             request.data_bytes = bytes;

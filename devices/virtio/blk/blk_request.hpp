@@ -30,6 +30,11 @@ struct RequestLimits {
     uint32_t max_discard_seg = 0;           ///< segments per request
     uint32_t max_write_zeroes_sectors = 0;  ///< per segment
     uint32_t max_write_zeroes_seg = 0;      ///< segments per request
+    /// Bytes every IN/OUT offset and length and every DISCARD / WRITE_ZEROES range
+    /// must be a multiple of (a power of two >= 512): the advertised blk_size. Above
+    /// 512 the disk is, or may become, layered (4 KiB copy-on-write blocks), so a
+    /// request the guest's logical block size rules out is IOERR, not a partial block.
+    uint64_t io_alignment = kSectorSize;
 };
 
 /// One byte range of a DISCARD or WRITE_ZEROES request, already checked against
@@ -63,7 +68,7 @@ struct BlockRequest {
 
 /// Parses the request in `chain` (virtio 1.2 §5.2.6). Request-level faults (short
 /// header, data in the wrong direction, length not a multiple of 512, sectors
-/// beyond the capacity, too many or too long segments, a write to a read-only disk)
+/// beyond the capacity, offsets or lengths not multiples of limits.io_alignment, too many or too long segments, a write to a read-only disk)
 /// give status kIoErr; unknown types and flags give kUnsupp (§5.2.6.2). Throws
 /// QueueError only when the chain has no writable byte, i.e. no status byte to
 /// answer in. `memory` is non-const because the result points into writable guest

@@ -54,6 +54,9 @@ bool transient(int result) { return result == -EINTR || result == -EAGAIN; }
 // Resubmissions of one SQE after EINTR/EAGAIN before the request fails.
 constexpr uint8_t kMaxRetries = 16;
 
+// The logical block sizes BlockOptions::block_size may take (bytes).
+bool valid_block_size(uint32_t bytes) { return bytes >= kSectorSize && bytes <= 4096 && (bytes & (bytes - 1)) == 0; }
+
 }  // namespace
 
 BlockDevice::BlockDevice(BlockOptions options)
@@ -61,12 +64,27 @@ BlockDevice::BlockDevice(BlockOptions options)
     if (options_.serial.size() > kIdBytes)
         throw Error(fmt::format("virtio-blk {}: serial '{}' is longer than {} bytes", options_.path, options_.serial,
                                 kIdBytes));
-    const auto [bytes, blksize] = disk_geometry(file_, options_.path);
+    if (!valid_block_size(options_.block_size))
+        throw Error(fmt::format("virtio-blk {}: block size {} is not 512, 1024, 2048 or 4096", options_.path,
+                                options_.block_size));
+    auto [bytes, blksize] = disk_geometry(file_, options_.path);
+    if (options_.format == DiskFormat::layer) {
+        if (options_.block_size != kLayerBlockSize)
+            throw Error(fmt::format("virtio-blk {}: a layered disk needs block size {}, not {}", options_.path,
+                                    kLayerBlockSize, options_.block_size));
+        layers_ = std::make_unique<LayeredDisk>(LayeredDisk::open(options_.path, !options_.read_only));
+        file_.reset();
+        bytes = layers_->disk_bytes();
+    } else if (is_layer_file(file_.get())) {  // a forgotten format, or what the guest wrote: raw it is
+        log_line(fmt::format("virtio-blk {}: starts with the disk layer magic but is opened as a raw disk",
+                             options_.path));
+    }
     config_.capacity = bytes / kSectorSize;
     config_.seg_max = kQueueSize - 2;  // the header and the status take a descriptor each
-    config_.blk_size = kSectorSize;
+    config_.blk_size = options_.block_size;
     config_.num_queues = 1;
-    const auto alignment = static_cast<uint32_t>(std::clamp<uint64_t>(blksize / kSectorSize, 1, 2048));
+    const auto alignment = static_cast<uint32_t>(
+        std::clamp<uint64_t>(std::max<uint64_t>(blksize, options_.block_size) / kSectorSize, 1, 2048));
     config_.max_discard_sectors = kMaxDiscardSectors;
     config_.max_discard_seg = kMaxDiscardSeg;
     config_.discard_sector_alignment = alignment;
@@ -89,6 +107,13 @@ BlockDevice::~BlockDevice() {
         }
     }
     if (sqes_in_flight_ > 0) wait_idle(false);
+    if (layers_ && layers_->writable()) {
+        try {
+            layers_->save_bitmap();
+        } catch (const std::exception& e) {
+            log_line(fmt::format("{}: saving the top layer's bitmap: {}", name(), e.what()));
+        }
+    }
 }
 
 uint32_t BlockDevice::device_id() const { return device_id::kBlock; }
@@ -127,6 +152,7 @@ void BlockDevice::activate(ActiveDevice& active) {
     limits_.max_discard_seg = config_.max_discard_seg;
     limits_.max_write_zeroes_sectors = config_.max_write_zeroes_sectors;
     limits_.max_write_zeroes_seg = config_.max_write_zeroes_seg;
+    limits_.io_alignment = options_.block_size;
     // §5.2.6.2: FLUSH offered but not negotiated means the driver assumes a
     // write-through cache, so a write may complete only once it is stable.
     write_through_ = !options_.read_only && !(active.features & feature::kFlush);
@@ -184,6 +210,7 @@ void BlockDevice::start(BlockRequest&& request) {
         uint64_t at = 0;
         for (const iovec& v : request.data) {  // data_bytes <= 20 in total
             std::memcpy(v.iov_base, id + at, v.iov_len);
+            mark_guest_dirty(v.iov_base, v.iov_len);
             at += v.iov_len;
         }
         answer(request, request_status::kOk);
@@ -223,21 +250,45 @@ void BlockDevice::issue(uint16_t slot_index) {
         sqe = ring_.get_sqe();
         return sqe != nullptr;
     };
-    const int fd = file_.get();
+    // Layered: writes, flushes and zeroing go to the top layer's data area.
+    const int fd = layers_ ? layers_->top_fd() : file_.get();
+    const uint64_t data_offset = layers_ ? layers_->top_data_offset() : 0;
     switch (r.type) {
         case request_type::kIn:
         case request_type::kOut: {
+            int io_fd = fd;
+            uint64_t at = data_offset + r.offset + slot.done;
+            const iovec* iov = r.data.data() + slot.iov_next;
+            auto count = static_cast<unsigned>(r.data.size() - slot.iov_next);
+            if (layers_ && r.type == request_type::kIn) {
+                DiskExtent run;
+                if (!next_read_run(slot, run)) {  // the rest was present nowhere: zeros
+                    finish(slot_index, request_status::kOk);
+                    return;
+                }
+                io_fd = run.fd;
+                at = run.file_offset;
+                iov = slot.piece.data();
+                count = static_cast<unsigned>(slot.piece.size());
+            }
             if (!get()) break;
-            const auto* iov = r.data.data() + slot.iov_next;
-            const auto count = static_cast<unsigned>(r.data.size() - slot.iov_next);
             if (r.type == request_type::kIn) {
-                io_uring_prep_readv(sqe, fd, iov, count, r.offset + slot.done);
+                io_uring_prep_readv(sqe, io_fd, iov, count, at);
             } else {
-                io_uring_prep_writev2(sqe, fd, iov, count, r.offset + slot.done, write_through_ ? RWF_DSYNC : 0);
+                io_uring_prep_writev2(sqe, io_fd, iov, count, at, write_through_ ? RWF_DSYNC : 0);
             }
             break;
         }
         case request_type::kFlush:
+            if (layers_) {  // what the top holds must be in its file before the fdatasync
+                try {
+                    layers_->save_bitmap();
+                } catch (const std::exception& e) {
+                    log_limited(fmt::format("{}: flush (head {}): {}", name(), r.head, e.what()));
+                    finish(slot_index, request_status::kIoErr);
+                    return;
+                }
+            }
             if (get()) io_uring_prep_fsync(sqe, fd, IORING_FSYNC_DATASYNC);
             break;
         case request_type::kDiscard:
@@ -257,8 +308,9 @@ void BlockDevice::issue(uint16_t slot_index) {
             // the file system can; a DISCARD, or WRITE_ZEROES with unmap, punches.
             slot.zero_range = r.type == request_type::kWriteZeroes && !range.unmap && zero_range_supported_;
             const int mode = FALLOC_FL_KEEP_SIZE | (slot.zero_range ? FALLOC_FL_ZERO_RANGE : FALLOC_FL_PUNCH_HOLE);
+            // Layered: the top's hole or zeroed range then reads as zeros, hiding the parents.
             if (get())
-                io_uring_prep_fallocate(sqe, fd, mode, static_cast<off_t>(range.offset),
+                io_uring_prep_fallocate(sqe, fd, mode, static_cast<off_t>(data_offset + range.offset),
                                         static_cast<off_t>(range.length));
             break;
         }
@@ -289,10 +341,10 @@ void BlockDevice::on_completion(uint16_t slot_index, int result) {
             // 0 bytes = the file shrank under us (or a write made no progress): an
             // error, never a loop and never a used length covering unread bytes.
             if (result <= 0) return host_error(r.type == request_type::kIn ? "read" : "write");
-            slot.done += static_cast<uint64_t>(result);
-            if (slot.done >= r.data_bytes) return finish(slot_index, request_status::kOk);
-            consume_iovecs(r.data, slot.iov_next, static_cast<uint64_t>(result));  // short: the rest again
-            return issue(slot_index);
+            transferred(slot, static_cast<uint64_t>(result));
+            if (slot.done < r.data_bytes) return issue(slot_index);  // short, or the next run: the rest
+            if (layers_ && r.type == request_type::kOut) layers_->mark_present(r.offset, r.data_bytes);
+            return finish(slot_index, request_status::kOk);
         }
         case request_type::kFlush:
             if (result < 0) return host_error("fdatasync");
@@ -313,11 +365,70 @@ void BlockDevice::on_completion(uint16_t slot_index, int result) {
                 if (r.type == request_type::kWriteZeroes) return host_error("fallocate");
             } else if (result < 0) {
                 return host_error("fallocate");
+            } else if (layers_) {
+                layers_->mark_present(r.ranges[slot.range_next].offset, r.ranges[slot.range_next].length);
             }
             ++slot.range_next;
             return issue(slot_index);
         default:
             return finish(slot_index, request_status::kIoErr);
+    }
+}
+
+// Layered IN: zero-fills the runs at the request's position that no layer holds,
+// then points slot.piece at the iovecs of the next run, which lives in `run`'s file.
+// False when the request is complete.
+bool BlockDevice::next_read_run(Slot& slot, DiskExtent& run) {
+    BlockRequest& r = slot.request;
+    for (;;) {
+        if (slot.done >= r.data_bytes) return false;
+        run = layers_->extent_at(r.offset + slot.done, r.data_bytes - slot.done);
+        if (run.fd >= 0) break;
+        uint64_t left = run.length;
+        for (size_t i = slot.iov_next; left > 0 && i < r.data.size(); ++i) {
+            const uint64_t n = std::min<uint64_t>(left, r.data[i].iov_len);
+            std::memset(r.data[i].iov_base, 0, n);
+            left -= n;
+        }
+        transferred(slot, run.length);
+    }
+    slot.piece.clear();
+    uint64_t left = run.length;
+    for (size_t i = slot.iov_next; left > 0 && i < r.data.size(); ++i) {
+        const uint64_t n = std::min<uint64_t>(left, r.data[i].iov_len);
+        slot.piece.push_back({r.data[i].iov_base, n});
+        left -= n;
+    }
+    return true;
+}
+
+// Counts `bytes` of an IN/OUT as done: an IN's bytes are now in guest RAM (marked for
+// the dirty tracker), and the iovecs move past them.
+void BlockDevice::transferred(Slot& slot, uint64_t bytes) {
+    BlockRequest& r = slot.request;
+    if (r.type == request_type::kIn && active_ && active_->memory.dirty_tracker()) {
+        uint64_t left = bytes;
+        for (size_t i = slot.iov_next; left > 0 && i < r.data.size(); ++i) {
+            const uint64_t n = std::min<uint64_t>(left, r.data[i].iov_len);
+            mark_guest_dirty(r.data[i].iov_base, n);
+            left -= n;
+        }
+    }
+    slot.done += bytes;
+    if (slot.done < r.data_bytes) consume_iovecs(r.data, slot.iov_next, bytes);
+}
+
+// Tells the snapshot's dirty tracker that the device stored `len` bytes at the host
+// address `host` (inside one region of guest RAM: the parser checked it). KVM's dirty
+// log does not see such writes (vmm/dirty_tracker.hpp). No-op without a tracker.
+void BlockDevice::mark_guest_dirty(const void* host, uint64_t len) const noexcept {
+    if (!active_ || !active_->memory.dirty_tracker()) return;
+    const auto* p = static_cast<const uint8_t*>(host);
+    for (const MemoryRegion& region : active_->memory.regions()) {
+        if (p >= region.host && static_cast<uint64_t>(p - region.host) < region.size) {
+            active_->memory.mark_dirty(region.gpa + static_cast<uint64_t>(p - region.host), len);
+            return;
+        }
     }
 }
 
@@ -331,6 +442,7 @@ void BlockDevice::finish(uint16_t slot_index, uint8_t status) {
 // Status byte, then the used element (push_used orders them for the driver).
 void BlockDevice::answer(const BlockRequest& request, uint8_t status) {
     *request.status_byte = status;
+    mark_guest_dirty(request.status_byte, 1);
     count(request, status);
     try {
         active_->queues[0].push_used(active_->memory, request.head, used_length(request, status));
@@ -476,6 +588,35 @@ void BlockDevice::load_state(const BlockState& state) {
     set(c.io_errors, s.io_errors);
     set(c.unsupported, s.unsupported);
     set(c.dropped_at_reset, s.dropped_at_reset);
+}
+
+std::string BlockDevice::freeze(const std::string& new_top_path) {
+    if (in_flight() > 0 || sqes_in_flight_ > 0)
+        throw Error(fmt::format("{}: cannot freeze with {} requests in flight (drain first)", name(), in_flight()));
+    if (options_.read_only) throw Error(fmt::format("{}: a read-only disk cannot be frozen", name()));
+    if (options_.block_size != kLayerBlockSize)
+        throw Error(fmt::format("{}: freezing needs block size {}, this disk has {}", name(), kLayerBlockSize,
+                                options_.block_size));
+    if (layers_) return layers_->freeze(new_top_path);
+    // The first freeze: the raw file becomes the read-only base of a chain.
+    LayeredDisk::create_top(new_top_path, options_.path, ParentKind::raw);
+    try {
+        auto chain = std::make_unique<LayeredDisk>(LayeredDisk::open(new_top_path, true));
+        if (chain->disk_bytes() != config_.capacity * kSectorSize)
+            throw Error(fmt::format("{}: {} now has {} bytes, the guest's disk {}", name(), options_.path,
+                                    chain->disk_bytes(), config_.capacity * kSectorSize));
+        layers_ = std::move(chain);
+    } catch (...) {
+        ::unlink(new_top_path.c_str());
+        throw;
+    }
+    file_.reset();
+    return options_.path;
+}
+
+std::vector<std::string> BlockDevice::layer_paths() const {
+    if (layers_) return layers_->chain_paths();
+    return {options_.path};
 }
 
 void BlockDevice::fail_device(const std::string& why) noexcept {

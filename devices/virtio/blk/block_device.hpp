@@ -3,14 +3,29 @@
 // flush is an fdatasync of the file, discard and write-zeroes punch holes. One
 // request queue of 256 entries; up to 256 requests in flight.
 //
+// The disk may instead be a chain of copy-on-write layers (layered_disk.hpp): opened
+// from a layer file, or made so by freeze() (the O(1) disk snapshot). Then a read is
+// split into runs that live in one layer (one io_uring read each, one after the
+// other; runs present nowhere are zero-filled here), writes go to the top layer and
+// mark their 4 KiB blocks present once complete, DISCARD / WRITE_ZEROES zero the
+// range in the top (so it reads as zeros whatever the parents hold) and mark it,
+// and FLUSH saves the top's bitmap, then fdatasyncs the top. A raw disk never frozen
+// works exactly as before: one fd, the request's iovecs as they are. (Without FLUSH
+// negotiated, a layered disk's writes are RWF_DSYNC but the top's bitmap is saved
+// only at the next freeze or close: a host crash in between forgets those blocks.)
+//
+// Every byte the device stores into guest RAM (read data, GET_ID, status bytes) is
+// reported to the memory's dirty tracker, when one is attached, as it is stored.
+//
 // Threading: everything but the constant config/feature reads and the counters runs
 // on the EventLoop thread (activate, queue_notify, reset, the io_uring completion
-// handler, drain). The ring's completion eventfd is watched on that loop while the
-// device is active.
+// handler, drain, freeze). The ring's completion eventfd is watched on that loop while
+// the device is active.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -18,17 +33,35 @@
 #include "devices/virtio/blk/blk_request.hpp"
 #include "devices/virtio/blk/blk_spec.hpp"
 #include "devices/virtio/blk/io_ring.hpp"
+#include "devices/virtio/blk/layered_disk.hpp"
 #include "devices/virtio/device.hpp"
 #include "vmm/fd.hpp"
 #include "vmm/log.hpp"
 
 namespace nanovm::virtio::blk {
 
+/// What BlockOptions::path is. Said by the caller, never guessed from the file's
+/// bytes: a raw disk's first sector is the guest's to write, and a forged layer
+/// header there would name any host file as its parent.
+enum class DiskFormat {
+    raw,    ///< a raw image: the disk is the file's bytes
+    layer,  ///< the top file of a layer chain (layered_disk.hpp); needs block_size 4096
+};
+
 /// How to open one disk.
 struct BlockOptions {
-    std::string path;         ///< raw image file (a regular file or a block device)
+    /// A raw image file (a regular file or a block device), or the top file of a
+    /// layer chain (format layer).
+    std::string path;
     bool read_only = false;   ///< open O_RDONLY, offer VIRTIO_BLK_F_RO: every write is IOERR
     std::string serial;       ///< the GET_ID string, at most 20 bytes (NUL-padded to 20)
+    /// Logical block size in bytes, offered as blk_size with VIRTIO_BLK_F_BLK_SIZE
+    /// (§5.2.4; Linux makes it the disk's logical block size, so it never issues
+    /// smaller or less aligned I/O): 512, 1024, 2048 or 4096. Requests whose offset or
+    /// length is not a multiple of it are IOERR. 4096 (kLayerBlockSize) is required
+    /// for a layered disk and for freeze().
+    uint32_t block_size = 512;
+    DiskFormat format = DiskFormat::raw;
 };
 
 /// What the device has done since it was created (or since load_state). Every field
@@ -70,12 +103,16 @@ public:
     static constexpr uint32_t kMaxDiscardSectors = 1u << 22;
 
     /// Opens `options.path` (O_RDWR or O_RDONLY, O_CLOEXEC) and sets up the io_uring.
-    /// Capacity = file size / 512 (a partial last sector is not visible). Throws
-    /// SysError (open, fstat, BLKGETSIZE64, io_uring setup) naming the path, or Error
-    /// if the serial is longer than 20 bytes or the path is not a regular file or
-    /// block device.
+    /// A raw disk's capacity = file size / 512 (a partial last sector is not
+    /// visible); a layer chain's is its disk size (LayeredDisk::open checks the
+    /// chain). Throws SysError (open, fstat, BLKGETSIZE64, io_uring setup) naming the
+    /// path, or Error if the serial is longer than 20 bytes, the block size is not
+    /// one of the four, the path is not a regular file or block device, or a layer
+    /// chain is refused (or opened with a block size other than 4096).
     explicit BlockDevice(BlockOptions options);
-    /// Waits for any I/O still in flight (normally none: the transport reset us).
+    /// Waits for any I/O still in flight (normally none: the transport reset us). A
+    /// writable layered disk saves its top's bitmap (no fsync; failures are logged),
+    /// so that the top can be reopened with what the guest wrote.
     ~BlockDevice() override;
     BlockDevice(const BlockDevice&) = delete;
     BlockDevice& operator=(const BlockDevice&) = delete;
@@ -120,6 +157,23 @@ public:
     /// capacity or read-only setting. Call before activation.
     void load_state(const BlockState& state);
 
+    /// The disk snapshot: freezes the current top and continues on a new empty top
+    /// layer created at `new_top_path` (O_EXCL, 0600) over it; returns the frozen
+    /// file's path. On a raw disk (the first freeze) the raw file itself becomes the
+    /// read-only base (kind raw) and is returned; it must not change afterwards. O(1)
+    /// in the disk size apart from writing the top's bitmap (pwrite); nothing is
+    /// fsync'd: run LayeredDisk::sync_frozen(returned path) before relying on it.
+    /// Call on the loop thread or with the device not active, with no request in
+    /// flight (drain() first; vCPUs stopped). Throws Error (requests in flight,
+    /// read-only disk, block_size not 4096, raw size not a multiple of 4096, chain
+    /// too deep) or SysError; on failure the disk is unchanged.
+    std::string freeze(const std::string& new_top_path);
+    /// The disk's files, top first: {path} for a raw disk never frozen, else the
+    /// layer chain's files (LayeredDisk::chain_paths). Same threading as freeze().
+    std::vector<std::string> layer_paths() const;
+    /// True once the disk is a layer chain (opened from a layer file, or frozen).
+    bool layered() const noexcept { return layers_ != nullptr; }
+
 private:
     /// One request in flight: the parsed request and how far its I/O got.
     struct Slot {
@@ -130,6 +184,7 @@ private:
         bool zero_range = false;  // the fallocate in flight is a ZERO_RANGE (not a PUNCH_HOLE)
         bool syncing = false;   // the final write-through fdatasync is in flight
         uint8_t retries = 0;    // resubmissions after EINTR/EAGAIN
+        std::vector<iovec> piece{};  // layered IN: the iovecs of the run being read (kept for the kernel)
     };
     struct AtomicCounters {
         std::atomic<uint64_t> reads{0}, writes{0}, flushes{0}, discards{0}, write_zeroes{0}, get_ids{0},
@@ -139,6 +194,9 @@ private:
     void process_queue();
     void start(BlockRequest&& request);
     void issue(uint16_t slot);
+    bool next_read_run(Slot& slot, DiskExtent& run);
+    void transferred(Slot& slot, uint64_t bytes);
+    void mark_guest_dirty(const void* host, uint64_t len) const noexcept;
     void on_completion(uint16_t slot, int result);
     void finish(uint16_t slot, uint8_t status);
     void answer(const BlockRequest& request, uint8_t status);
@@ -151,7 +209,8 @@ private:
     void log_limited(const std::string& line);
 
     const BlockOptions options_;
-    Fd file_;
+    Fd file_;                                // the raw disk; empty once layered
+    std::unique_ptr<LayeredDisk> layers_;    // the layer chain, when layered
     Config config_{};
     uint64_t features_ = 0;
     IoRing ring_;

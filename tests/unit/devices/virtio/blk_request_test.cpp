@@ -196,3 +196,28 @@ TEST_CASE("blk parser: segments become byte ranges; GET_ID takes at most 20 byte
         CHECK(used_length(r, request_status::kOk) == 1);
     }
 }
+
+TEST_CASE("blk parser: with a 4096-byte block size, unaligned offsets, lengths and segments are IOERR",
+          "[blk][layers]") {
+    GuestMemory memory = GuestMemory::create(1 * MiB);
+    RequestLimits l = limits();
+    l.io_alignment = 4096;
+    const auto status = [&](uint32_t type, uint64_t sector, uint32_t out_len, std::vector<uint8_t> in = {}) {
+        ChainBuilder b{memory};
+        b.in(header(type, sector));
+        if (!in.empty()) b.in(in);
+        if (out_len) b.out(out_len);
+        b.out(1);
+        return parse_request(memory, b.chain, l).status;
+    };
+    CHECK(status(request_type::kIn, 8, 4096) == request_status::kOk);
+    CHECK(status(request_type::kIn, 8, 8192) == request_status::kOk);
+    CHECK(status(request_type::kIn, 1, 4096) == request_status::kIoErr);  // offset 512
+    CHECK(status(request_type::kIn, 8, 512) == request_status::kIoErr);   // length 512
+    CHECK(status(request_type::kOut, 8, 0, std::vector<uint8_t>(4096)) == request_status::kOk);
+    CHECK(status(request_type::kOut, 9, 0, std::vector<uint8_t>(4096)) == request_status::kIoErr);
+    CHECK(status(request_type::kDiscard, 0, 0, segments({{8, 16, 0}})) == request_status::kOk);
+    CHECK(status(request_type::kDiscard, 0, 0, segments({{8, 16, 0}, {4, 8, 0}})) == request_status::kIoErr);
+    CHECK(status(request_type::kWriteZeroes, 0, 0, segments({{8, 12, 0}})) == request_status::kIoErr);
+    CHECK(status(request_type::kFlush, 3, 0) == request_status::kOk);  // no sectors involved
+}
