@@ -17,6 +17,9 @@ struct DiskOption {
     bool read_only = false;
     std::string serial;  ///< VIRTIO_BLK_T_GET_ID answer (<= 20 bytes); empty: derived from the path
     uint32_t block_size = 0;  ///< logical block size offered (VIRTIO_BLK_F_BLK_SIZE), bytes; 0: the device's default
+    /// The file is a nanovm disk layer (devices/virtio/blk/disk_layer.hpp), not a raw
+    /// image. Never guessed from its contents: a guest can write anything into a raw one.
+    bool layer_file = false;
 };
 
 /// The block size of disks that may be frozen into copy-on-write layers (snapshots):

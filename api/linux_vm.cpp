@@ -292,6 +292,7 @@ std::unique_ptr<snapshot::PendingSnapshot> LinuxVm::start_snapshot(const LinuxSn
                 continue;
             }
             const std::string new_top = request.new_top_path(i);
+            const bool was_layered = disk.layered();  // else the frozen file is the raw image itself
             const std::string frozen = disk.freeze(new_top);
             const std::filesystem::path own_dir = std::filesystem::path(new_top).parent_path();
             const std::vector<std::string> chain = disk.layer_paths();  // top first: new_top, frozen, ...
@@ -302,7 +303,8 @@ std::unique_ptr<snapshot::PendingSnapshot> LinuxVm::start_snapshot(const LinuxSn
                 if (chain[k] == frozen) frozen_local = true;
             }
             disks.push_back(nlohmann::json{
-                {"frozen", frozen_local ? std::filesystem::path(frozen).filename().string() : frozen}});
+                {"frozen", frozen_local ? std::filesystem::path(frozen).filename().string() : frozen},
+                {"frozen_kind", was_layered ? "layer" : "raw"}});
         }
         const nlohmann::json saved{{"version", 1},
                                    {"config", request.config},

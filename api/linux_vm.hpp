@@ -49,7 +49,8 @@ public:
     /// `backend`, vCPU and irqchip state), then builds the devices from the options
     /// that `make_options` derives from what the snapshot saved (saved["config"] is
     /// LinuxSnapshotRequest::config, saved["disks"][i]["frozen"] the path of disk
-    /// i's frozen top layer, or null for read-only disks) and loads their state.
+    /// i's frozen top layer, or null for read-only disks, and ["frozen_kind"] "layer"
+    /// or "raw" (the first freeze of a raw image freezes the image itself)) and loads their state.
     /// The kernel is not loaded and the vCPUs are not set up: they continue where
     /// the snapshot left them. Throws SnapshotError naming a corrupt part, Error for
     /// device state that does not fit the options.

@@ -61,8 +61,13 @@ VmDevices::VmDevices(const BootOptions& options, Machine& machine, MmioBus& mmio
             throw Error(fmt::format("{}: {}", option, e.what()));
         }
     };
-    for (const DiskOption& disk : options.disks)
-        add_disk("--disk", {disk.path, disk.read_only, disk.serial.empty() ? default_serial(disk.path) : disk.serial});
+    for (const DiskOption& disk : options.disks) {
+        virtio::blk::BlockOptions blk{disk.path, disk.read_only,
+                                      disk.serial.empty() ? default_serial(disk.path) : disk.serial};
+        if (disk.block_size) blk.block_size = disk.block_size;
+        if (disk.layer_file) blk.format = virtio::blk::DiskFormat::layer;
+        add_disk("--disk", std::move(blk));
+    }
     if (!options.scratch.empty()) {
         try {
             virtio::blk::create_sparse_disk(options.scratch);

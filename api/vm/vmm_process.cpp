@@ -472,10 +472,17 @@ BootOptions restored_boot_options(const json& saved, const std::string& dir, con
         const json& layer = frozen[i].at("frozen");
         if (!layer.is_null()) {
             const std::string name = layer.get<std::string>();
+            const std::string kind = frozen[i].at("frozen_kind").get<std::string>();
+            if (kind != "raw" && kind != "layer")
+                throw Error(fmt::format("{}/vm.state: disk {}: frozen_kind {} is neither raw nor layer", dir, i, kind));
+            if (name.empty() || name == "." || name == "..")
+                throw Error(fmt::format("{}/vm.state: disk {}: bad layer name \"{}\"", dir, i, name));
             const std::string parent = name.find('/') == std::string::npos ? dir + "/" + name : name;
             d.path = fmt::format("{}/{}-disk{}-0.layer", paths.dir, options.id, i);
             d.read_only = false;
-            virtio::blk::LayeredDisk::create_top(d.path, parent);
+            d.layer_file = true;
+            virtio::blk::LayeredDisk::create_top(
+                d.path, parent, kind == "raw" ? virtio::blk::ParentKind::raw : virtio::blk::ParentKind::layer);
         }
         boot.disks.push_back(std::move(d));
     }
