@@ -3,8 +3,10 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -123,7 +125,7 @@ AgentClient AgentClient::connect(const Endpoint& endpoint, std::chrono::millisec
 
 void AgentClient::hello(std::chrono::milliseconds timeout) {
     proto::Hello hello;
-    hello.min_version = proto::kProtocolVersion;
+    hello.min_version = proto::kMinProtocolVersion;
     hello.max_version = proto::kProtocolVersion;
     hello.software = "nanovm agent client";
     send(MessageType::kHello, proto::kConnectionId, proto::encode(hello));
@@ -223,8 +225,10 @@ void AgentClient::handle(const proto::Frame& frame) {
                 return;
             case MessageType::kHelloReply: {
                 const auto reply = decoded<proto::HelloReply>(frame);
-                if (hello_done_ || reply.version != proto::kProtocolVersion)
+                if (hello_done_ || reply.version < proto::kMinProtocolVersion ||
+                    reply.version > proto::kProtocolVersion)
                     throw ConnectionError("unexpected HELLO_REPLY (version " + std::to_string(reply.version) + ")");
+                protocol_version_ = reply.version;
                 agent_software_ = reply.software;
                 hello_done_ = true;
                 return;
@@ -540,6 +544,43 @@ void AgentClient::close_session(const std::string& name) {
 
 void AgentClient::shutdown(proto::ShutdownRequest::Action action) {
     simple_request(MessageType::kShutdown, proto::encode(proto::ShutdownRequest{action}));
+}
+
+void AgentClient::resync(std::span<const uint8_t> entropy, int64_t wall_clock_ns, const std::string& hostname) {
+    if (entropy.size() < proto::kMinResyncEntropyBytes || entropy.size() > proto::kMaxResyncEntropyBytes)
+        throw std::invalid_argument("resync: " + std::to_string(entropy.size()) + " bytes of entropy (takes " +
+                                    std::to_string(proto::kMinResyncEntropyBytes) + " to " +
+                                    std::to_string(proto::kMaxResyncEntropyBytes) + ")");
+    if (wall_clock_ns < 0) throw std::invalid_argument("resync: a wall clock before the epoch");
+    if (!hostname.empty() && !proto::valid_hostname(hostname))
+        throw std::invalid_argument("resync: bad hostname \"" + hostname + "\" (1 to " +
+                                    std::to_string(proto::kMaxHostnameBytes) + " of A-Z a-z 0-9 . -)");
+    const uint32_t needs = proto::message_first_version(MessageType::kResync);
+    if (protocol_version_ < needs)
+        throw AgentError("EOPNOTSUPP", "resync: the agent speaks protocol version " +
+                                           std::to_string(protocol_version_) + " (RESYNC needs " +
+                                           std::to_string(needs) + ")");
+    proto::ResyncRequest request;
+    request.entropy.assign(reinterpret_cast<const char*>(entropy.data()), entropy.size());
+    request.wall_clock_ns = wall_clock_ns;
+    request.hostname = hostname;
+    simple_request(MessageType::kResync, proto::encode(request));
+}
+
+void resync_guest(AgentClient& client, const std::string& hostname) {
+    uint8_t entropy[kResyncEntropyBytes];
+    size_t filled = 0;
+    while (filled < sizeof entropy) {
+        const ssize_t n = ::getrandom(entropy + filled, sizeof entropy - filled, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) throw std::system_error(errno, std::generic_category(), "getrandom");
+        filled += static_cast<size_t>(n);
+    }
+    timespec now{};
+    if (::clock_gettime(CLOCK_REALTIME, &now) != 0)
+        throw std::system_error(errno, std::generic_category(), "clock_gettime CLOCK_REALTIME");
+    const int64_t ns = static_cast<int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+    client.resync(entropy, ns, hostname);
 }
 
 }  // namespace nanovm::agent

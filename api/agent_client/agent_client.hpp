@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -146,6 +147,9 @@ public:
 
     /// The agent's name and version from HELLO_REPLY.
     const std::string& agent_software() const { return agent_software_; }
+    /// The protocol version HELLO negotiated (proto::kMinProtocolVersion ..
+    /// proto::kProtocolVersion; an older agent, e.g. in an old snapshot, speaks less).
+    uint32_t protocol_version() const { return protocol_version_; }
     /// Changes the memory bounds (for requests started from now on).
     void set_limits(const ClientLimits& limits) { limits_ = limits; }
 
@@ -222,6 +226,17 @@ public:
     /// Asks the guest to power off or reboot (AgentError EOPNOTSUPP from a host agent).
     void shutdown(proto::ShutdownRequest::Action action = proto::ShutdownRequest::Action::kPoweroff);
 
+    /// RESYNC: the guest mixes `entropy` into its kernel RNG and reseeds it, steps its
+    /// wall clock to `wall_clock_ns` (CLOCK_REALTIME, ns since the epoch) and, unless
+    /// `hostname` is empty, takes that hostname. For after a restore or fork, before
+    /// any other request (resync_guest() fills in the entropy and the time).
+    /// Throws std::invalid_argument, before sending, for entropy outside
+    /// proto::kMinResyncEntropyBytes..kMaxResyncEntropyBytes bytes, a negative time or
+    /// a hostname that is not proto::valid_hostname(); AgentError with the errno of
+    /// the step that failed (its message names it), EOPNOTSUPP from a host agent or
+    /// (client-side, nothing sent) from an agent that speaks protocol version 1.
+    void resync(std::span<const uint8_t> entropy, int64_t wall_clock_ns, const std::string& hostname);
+
 private:
     struct Pending;
     explicit AgentClient(Fd socket);
@@ -247,7 +262,17 @@ private:
     std::unordered_map<RequestId, std::unique_ptr<Pending>> pending_;
     ClientLimits limits_;
     bool hello_done_ = false;
+    uint32_t protocol_version_ = 0;
     bool pong_ = false;
 };
+
+/// The host's bytes for a RESYNC, from getrandom(2).
+inline constexpr size_t kResyncEntropyBytes = 64;
+
+/// client.resync() with kResyncEntropyBytes fresh bytes from getrandom(2) (blocking
+/// until the host's RNG is initialised, which it is long before a VM runs) and the
+/// host's CLOCK_REALTIME now. Throws what resync() throws, and std::system_error if
+/// getrandom or clock_gettime fails.
+void resync_guest(AgentClient& client, const std::string& hostname = "");
 
 }  // namespace nanovm::agent

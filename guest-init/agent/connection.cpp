@@ -153,12 +153,14 @@ void Connection::handle_frame(const proto::Frame& frame) {
             fail(EPROTO, std::string("HELLO expected first, got ") + proto::message_type_name(frame.type));
         } else if (!proto::decode(frame.payload, hello)) {
             fail(EBADMSG, "malformed HELLO");
-        } else if (hello.min_version > proto::kProtocolVersion || hello.max_version < proto::kProtocolVersion) {
-            fail(EPROTONOSUPPORT, "the agent speaks protocol version " + std::to_string(proto::kProtocolVersion));
+        } else if (hello.min_version > proto::kProtocolVersion || hello.max_version < proto::kMinProtocolVersion) {
+            fail(EPROTONOSUPPORT, "the agent speaks protocol versions " + std::to_string(proto::kMinProtocolVersion) +
+                                      " to " + std::to_string(proto::kProtocolVersion));
         } else {
             hello_done_ = true;
+            version_ = std::min(hello.max_version, proto::kProtocolVersion);
             send(MessageType::kHelloReply, proto::kConnectionId,
-                 proto::encode(proto::HelloReply{proto::kProtocolVersion, proto::kMaxPayload, context_.software}));
+                 proto::encode(proto::HelloReply{version_, proto::kMaxPayload, context_.software}));
         }
         return;
     }
@@ -171,6 +173,12 @@ void Connection::handle_frame(const proto::Frame& frame) {
             return;
         default:
             break;
+    }
+    if (proto::message_first_version(frame.type) > version_) {
+        fail(EPROTO, std::string(proto::message_type_name(frame.type)) + " needs protocol version " +
+                         std::to_string(proto::message_first_version(frame.type)) + "; this connection speaks " +
+                         std::to_string(version_));
+        return;
     }
     if (is_follow_up(frame.type)) {
         handle_follow_up(frame);

@@ -111,6 +111,7 @@ private:
     proto::FrameParser parser_;
     proto::FrameOutput output_;
     bool hello_done_ = false;
+    uint32_t version_ = 0;  // the protocol version HELLO negotiated
     bool failing_ = false;  // a fatal error is queued: stop reading, close after flush
     bool closed_ = false;
     bool eof_ = false;

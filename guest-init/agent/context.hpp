@@ -53,8 +53,9 @@ struct AgentContext {
     Sessions& sessions;
     /// The environment commands start from (HOME, PATH, TERM, SHELL, USER, LOGNAME).
     std::vector<std::string> base_env;
-    /// True in a guest: SHUTDOWN signals PID 1. False: SHUTDOWN fails (EOPNOTSUPP).
-    bool power_control = false;
+    /// True in a guest: SHUTDOWN signals PID 1, RESYNC changes the kernel's RNG,
+    /// clock and hostname. False (a host process): both fail (EOPNOTSUPP).
+    bool in_guest = false;
     /// The agent's name and version for HELLO_REPLY.
     std::string software;
     /// A SHUTDOWN to carry out once the round's output is flushed.

@@ -5,6 +5,7 @@
 #include "guest-init/agent/exec_job.hpp"
 #include "guest-init/agent/file_jobs.hpp"
 #include "guest-init/agent/file_ops.hpp"
+#include "guest-init/agent/resync.hpp"
 #include "guest-init/agent/session.hpp"
 #include "guest-init/protocol/messages.hpp"
 
@@ -38,12 +39,21 @@ bool handle_request(Connection& c, const proto::Frame& frame) {
     switch (frame.type) {
         case MessageType::kShutdown:
             return with<proto::ShutdownRequest>(frame, [&](const proto::ShutdownRequest& r) {
-                if (!c.context().power_control) {
+                if (!c.context().in_guest) {
                     c.send_error(id, Failure{EOPNOTSUPP, "shutdown: the agent is not running in a guest"});
                     return;
                 }
                 c.send(MessageType::kOk, id, {});
                 c.context().power_request = r.action;
+            });
+        case MessageType::kResync:
+            return with<proto::ResyncRequest>(frame, [&](const proto::ResyncRequest& r) {
+                if (!c.context().in_guest) {
+                    c.send_error(id, Failure{EOPNOTSUPP, "resync: the agent is not running in a guest"});
+                    return;
+                }
+                KernelResync kernel;
+                answer(c, id, apply_resync(r, kernel, failure), failure);
             });
         case MessageType::kExec:
             return with<proto::ExecRequest>(frame, [&](const proto::ExecRequest& r) { ExecJob::start(c, id, r); });

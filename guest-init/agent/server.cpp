@@ -27,7 +27,7 @@ public:
     explicit Server(const ServerOptions& options)
         : options_(options),
           context_{poller_, timers_, children_, sessions_, guest_init::child_environment(),
-                   options.power_control, options.software, {}} {}
+                   options.in_guest, options.software, {}} {}
 
     ~Server() {
         // Connections first: their jobs kill their commands and detach from sessions.

@@ -17,9 +17,11 @@ namespace nanovm::agent {
 /// How to run the server.
 struct ServerOptions {
     ListenAddress listen;
-    /// True in a guest: SHUTDOWN sends PID 1 its power-off (SIGUSR2) or reboot
-    /// (SIGTERM) signal. False: SHUTDOWN fails with EOPNOTSUPP.
-    bool power_control = false;
+    /// True in a guest, where the agent may change the machine: SHUTDOWN sends PID 1
+    /// its power-off (SIGUSR2) or reboot (SIGTERM) signal, RESYNC reseeds the kernel
+    /// RNG and sets the clock and hostname. False (a host process): both fail with
+    /// EOPNOTSUPP.
+    bool in_guest = false;
     /// Name and version reported in HELLO_REPLY.
     std::string software = "nanovm-agent";
     /// If >= 0: one byte is written to this fd, which is then closed, once the

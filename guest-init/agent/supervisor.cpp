@@ -48,7 +48,7 @@ pid_t start_agent(uint32_t port) {
         agent::ServerOptions options;
         options.listen.kind = agent::ListenAddress::Kind::kVsock;
         options.listen.port = port;
-        options.power_control = true;
+        options.in_guest = true;
         options.software = "nanovm guest-init agent";
         options.ready_fd = ready[1];
         ::_exit(agent::serve(options));

@@ -8,6 +8,7 @@ bool is_client_message(MessageType type) {
         case MessageType::kHello:
         case MessageType::kPing:
         case MessageType::kShutdown:
+        case MessageType::kResync:
         case MessageType::kExec:
         case MessageType::kStdin:
         case MessageType::kStdinClose:
@@ -50,11 +51,14 @@ bool is_agent_message(MessageType type) {
     }
 }
 
+uint32_t message_first_version(MessageType type) { return type == MessageType::kResync ? 2 : 1; }
+
 const char* message_type_name(MessageType type) {
     switch (type) {
         case MessageType::kHello: return "HELLO";
         case MessageType::kPing: return "PING";
         case MessageType::kShutdown: return "SHUTDOWN";
+        case MessageType::kResync: return "RESYNC";
         case MessageType::kExec: return "EXEC";
         case MessageType::kStdin: return "STDIN";
         case MessageType::kStdinClose: return "STDIN_CLOSE";

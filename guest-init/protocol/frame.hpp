@@ -26,8 +26,17 @@
 
 namespace nanovm::agent::proto {
 
-/// The protocol version this code speaks. HELLO negotiates it (messages.hpp).
-inline constexpr uint32_t kProtocolVersion = 1;
+/// The newest protocol version this code speaks. HELLO negotiates one version per
+/// connection (messages.hpp): the highest both sides speak.
+///   1: everything up to SESSION_CLOSE.
+///   2: adds RESYNC.
+/// A newer version only adds message types (message_first_version). Both sides
+/// still speak every version from kMinProtocolVersion: a restored snapshot may run
+/// an older agent, and an older client may talk to a newer agent.
+inline constexpr uint32_t kProtocolVersion = 2;
+
+/// The oldest protocol version this code still speaks.
+inline constexpr uint32_t kMinProtocolVersion = 1;
 
 /// The vsock port the agent listens on inside a guest (host side: write
 /// `CONNECT 1024\n` to the VMM's vsock Unix socket).
@@ -49,6 +58,7 @@ enum class MessageType : uint8_t {
     kHello = 0x01,         ///< version negotiation; must be the first frame (id 0)
     kPing = 0x02,          ///< health check (id 0); payload echoed in PONG
     kShutdown = 0x03,      ///< power the guest off or reboot it
+    kResync = 0x04,        ///< after a restore or fork: reseed the RNG, set clock and hostname
     kExec = 0x10,          ///< start a command
     kStdin = 0x11,         ///< raw bytes for a running command's stdin
     kStdinClose = 0x12,    ///< close that stdin (EOF for the command)
@@ -86,6 +96,10 @@ bool is_client_message(MessageType type);
 
 /// True for the types an agent may send (the client accepts exactly these).
 bool is_agent_message(MessageType type);
+
+/// The first protocol version that has `type` (1 for most). On a connection that
+/// negotiated an older version, a frame of that type is as unknown as any other.
+uint32_t message_first_version(MessageType type);
 
 /// A short upper-case name ("EXEC", "STDOUT"...) for logs; "?" if unknown.
 const char* message_type_name(MessageType type);

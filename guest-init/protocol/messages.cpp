@@ -448,6 +448,35 @@ bool decode(std::string_view payload, ShutdownRequest& out) {
     return r.done();
 }
 
+bool valid_hostname(std::string_view name) {
+    if (name.empty() || name.size() > kMaxHostnameBytes) return false;
+    for (const char c : name) {
+        const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                        c == '-';
+        if (!ok) return false;
+    }
+    return true;
+}
+
+std::string encode(const ResyncRequest& m) {
+    Writer w;
+    w.str(m.entropy);
+    w.u64(static_cast<uint64_t>(m.wall_clock_ns));
+    w.str(m.hostname);
+    return w.take();
+}
+
+bool decode(std::string_view payload, ResyncRequest& out) {
+    Reader r(payload);
+    out.entropy = r.str();
+    out.wall_clock_ns = static_cast<int64_t>(r.u64());
+    out.hostname = r.str();
+    if (out.entropy.size() < kMinResyncEntropyBytes || out.entropy.size() > kMaxResyncEntropyBytes) r.fail();
+    if (out.wall_clock_ns < 0) r.fail();
+    if (!out.hostname.empty() && !valid_hostname(out.hostname)) r.fail();
+    return r.done();
+}
+
 std::string encode(const DoneReport& m) {
     Writer w;
     w.u64(m.count);

@@ -12,11 +12,24 @@
 // Conversation (client frames left, agent answers right; n = the request id, chosen by
 // the client, unique among its requests still running on the connection, never 0):
 //
-//   HELLO (0)                 -> HELLO_REPLY (0), or ERROR (0) EPROTONOSUPPORT + close.
+//   HELLO (0)                 -> HELLO_REPLY (0) with the highest version both speak,
+//                                or ERROR (0) EPROTONOSUPPORT + close if there is none.
 //                                Must be the first frame; anything else first is fatal.
 //   PING (0) raw              -> PONG (0) with the same bytes.
 //   SHUTDOWN (n)              -> OK then the guest powers off / reboots; ERROR
 //                                EOPNOTSUPP when the agent is a host process.
+//   RESYNC (n)                -> OK once the guest's kernel RNG has the entropy and was
+//     (version 2)                reseeded, its clock is set and (if given) its hostname;
+//                                or ERROR with the errno of the first step that failed,
+//                                its message naming the step ("resync: RNDADDENTROPY",
+//                                "resync: RNDRESEEDCRNG", "resync: clock_settime",
+//                                "resync: sethostname"; steps after it are not done).
+//                                ERROR EOPNOTSUPP when the agent is a host process (it
+//                                never changes its host; the payload is still decoded
+//                                first, so a malformed one is still fatal). The VMM sends
+//                                it after a restore or fork, before any other request:
+//                                commands started after its OK get random bytes no other
+//                                copy of the snapshot gets.
 //   EXEC (n)                  -> STDOUT*/STDERR* (interleaved as produced) then EXIT;
 //                                or ERROR when the command could not start (ENOENT,
 //                                EACCES, ENOTDIR for the cwd, EPERM for uid/gid...).
@@ -41,6 +54,9 @@
 // not know (any more) are ignored: they race with the end of a request. A request
 // frame (EXEC, FILE_READ...) whose id is 0 or still in use is a protocol error. A
 // request that cannot be taken now (too many at once) gets ERROR EAGAIN.
+//
+// Versions (frame.hpp, kProtocolVersion): a frame of a type newer than the version
+// the connection negotiated is a protocol error (EPROTO), as an unknown type is.
 #pragma once
 
 #include <cstdint>
@@ -55,6 +71,15 @@ namespace nanovm::agent::proto {
 inline constexpr size_t kMaxPathBytes = 4095;
 /// The longest session name, bytes.
 inline constexpr size_t kMaxSessionNameBytes = 128;
+
+/// RESYNC entropy, bytes: at least 32 (256 bits, what Linux 6.1 needs to call its
+/// CRNG ready: POOL_READY_BITS in drivers/char/random.c), at most 512 (4096 bits, the
+/// input pool before Linux 5.18; since then the pool is a 256-bit hash, and more
+/// bytes only cost time).
+inline constexpr size_t kMinResyncEntropyBytes = 32;
+inline constexpr size_t kMaxResyncEntropyBytes = 512;
+/// The longest hostname, bytes (HOST_NAME_MAX on Linux, gethostname(2)).
+inline constexpr size_t kMaxHostnameBytes = 64;
 
 /// HELLO: the versions the client speaks, [min_version, max_version].
 /// Payload: u32 min_version, u32 max_version, str software (free text, may be empty).
@@ -205,6 +230,24 @@ struct ShutdownRequest {
     Action action = Action::kPoweroff;
 };
 
+/// RESYNC (protocol version 2): the fixups after a snapshot restore or a fork, done
+/// in this order: RNDADDENTROPY (the bytes, credited 8 bits per byte) then
+/// RNDRESEEDCRNG on /dev/urandom (random(4), include/uapi/linux/random.h),
+/// clock_settime(CLOCK_REALTIME), sethostname unless `hostname` is empty.
+/// Payload: str entropy, i64 wall_clock_ns, str hostname.
+struct ResyncRequest {
+    /// Fresh host entropy, kMinResyncEntropyBytes..kMaxResyncEntropyBytes raw bytes.
+    std::string entropy;
+    /// The host's CLOCK_REALTIME when sent, ns since the epoch; not negative.
+    int64_t wall_clock_ns = 0;
+    /// The new kernel hostname (valid_hostname), or "" to keep the current one.
+    std::string hostname;
+};
+
+/// True if `name` is 1..kMaxHostnameBytes bytes of [A-Za-z0-9.-] (what RESYNC takes;
+/// stricter than the kernel, which takes any bytes).
+bool valid_hostname(std::string_view name);
+
 /// DONE: the end of a read, write or list. Payload: u64 count.
 struct DoneReport {
     uint64_t count = 0;  ///< bytes read or written, or entries listed
@@ -237,6 +280,7 @@ std::string encode(const SessionOpenRequest& m);
 std::string encode(const SessionRunRequest& m);
 std::string encode(const SessionCloseRequest& m);
 std::string encode(const ShutdownRequest& m);
+std::string encode(const ResyncRequest& m);
 std::string encode(const DoneReport& m);
 
 bool decode(std::string_view payload, Hello& out);
@@ -257,6 +301,7 @@ bool decode(std::string_view payload, SessionOpenRequest& out);
 bool decode(std::string_view payload, SessionRunRequest& out);
 bool decode(std::string_view payload, SessionCloseRequest& out);
 bool decode(std::string_view payload, ShutdownRequest& out);
+bool decode(std::string_view payload, ResyncRequest& out);
 bool decode(std::string_view payload, DoneReport& out);
 
 }  // namespace nanovm::agent::proto

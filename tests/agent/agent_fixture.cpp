@@ -108,15 +108,17 @@ AgentProcess::~AgentProcess() {
 
 AgentClient AgentProcess::connect() const { return AgentClient::connect(Endpoint::unix_socket(socket_path_)); }
 
-Fd AgentProcess::raw_connect(bool hello) const {
+Fd AgentProcess::raw_connect(bool hello, uint32_t version) const {
     Fd fd = connect_endpoint(Endpoint::unix_socket(socket_path_), std::chrono::seconds(5));
     if (hello) {
-        send_frame(fd.get(), proto::MessageType::kHello, 0, proto::encode(proto::Hello{1, 1, "raw test"}));
+        send_frame(fd.get(), proto::MessageType::kHello, 0, proto::encode(proto::Hello{version, version, "raw test"}));
         proto::MessageType type;
         uint32_t id;
         std::string payload;
-        if (!read_frame(fd.get(), type, id, payload) || type != proto::MessageType::kHelloReply)
-            throw std::runtime_error("no HELLO_REPLY");
+        proto::HelloReply reply;
+        if (!read_frame(fd.get(), type, id, payload) || type != proto::MessageType::kHelloReply ||
+            !proto::decode(payload, reply) || reply.version != version)
+            throw std::runtime_error("no HELLO_REPLY for version " + std::to_string(version));
     }
     return fd;
 }

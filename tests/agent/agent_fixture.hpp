@@ -28,8 +28,9 @@ public:
     const std::string& socket_path() const { return socket_path_; }
     /// A client connection.
     AgentClient connect() const;
-    /// A raw socket to the agent; with `hello`, HELLO has been exchanged on it.
-    Fd raw_connect(bool hello) const;
+    /// A raw socket to the agent; with `hello`, HELLO has been exchanged on it,
+    /// offering exactly protocol version `version`.
+    Fd raw_connect(bool hello, uint32_t version = proto::kProtocolVersion) const;
     /// The agent's children that are zombies right now.
     int zombie_children() const;
     /// All of the agent's children right now.

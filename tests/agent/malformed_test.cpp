@@ -102,7 +102,8 @@ TEST_CASE("malformed payloads and protocol misuse close that connection only", "
     }
     SECTION("an unsupported version") {
         Fd fd = agent.raw_connect(false);
-        send_frame(fd.get(), MessageType::kHello, 0, proto::encode(proto::Hello{2, 3, "future"}));
+        const uint32_t future = proto::kProtocolVersion + 1;
+        send_frame(fd.get(), MessageType::kHello, 0, proto::encode(proto::Hello{future, future + 1, "future"}));
         CHECK(fatal_error(fd.get()) == "EPROTONOSUPPORT");
     }
     SECTION("an EXEC whose argv count exceeds its payload") {

@@ -161,3 +161,89 @@ TEST_CASE("errno names map both ways", "[agent][protocol]") {
     CHECK(errno_from_name("EISDIR") == EISDIR);
     CHECK(errno_from_name("ENOPE") == 0);
 }
+
+namespace {
+
+ResyncRequest resync_request(size_t entropy_bytes, std::string hostname) {
+    ResyncRequest r;
+    r.entropy = std::string(entropy_bytes, '\0');
+    for (size_t i = 0; i < entropy_bytes; ++i) r.entropy[i] = static_cast<char>(i * 37 + 1);
+    r.wall_clock_ns = 1'700'000'000'123'456'789;
+    r.hostname = std::move(hostname);
+    return r;
+}
+
+}  // namespace
+
+TEST_CASE("RESYNC round-trips its entropy, clock and hostname", "[agent][protocol]") {
+    const ResyncRequest sent = resync_request(64, "sandbox-1.example");
+    const std::string payload = encode(sent);
+    CHECK(payload.size() == 4 + 64 + 8 + 4 + 17);
+    ResyncRequest back;
+    REQUIRE(decode(payload, back));
+    CHECK(back.entropy == sent.entropy);
+    CHECK(back.wall_clock_ns == 1'700'000'000'123'456'789);
+    CHECK(back.hostname == "sandbox-1.example");
+
+    // The bounds themselves, an empty hostname (keep it) and the epoch are fine.
+    CHECK(decode(encode(resync_request(kMinResyncEntropyBytes, "")), back));
+    CHECK(back.hostname.empty());
+    CHECK(decode(encode(resync_request(kMaxResyncEntropyBytes, std::string(kMaxHostnameBytes, 'h'))), back));
+    ResyncRequest epoch = resync_request(32, "a");
+    epoch.wall_clock_ns = 0;
+    CHECK(decode(encode(epoch), back));
+    CHECK(back.wall_clock_ns == 0);
+}
+
+TEST_CASE("RESYNC payloads outside the protocol's bounds do not decode", "[agent][protocol]") {
+    ResyncRequest out;
+    SECTION("entropy: 31 and 513 bytes, or none") {
+        CHECK_FALSE(decode(encode(resync_request(31, "")), out));
+        CHECK_FALSE(decode(encode(resync_request(513, "")), out));
+        CHECK_FALSE(decode(encode(resync_request(0, "")), out));
+    }
+    SECTION("hostname: characters outside [A-Za-z0-9.-], or longer than 64 bytes") {
+        const std::vector<std::string> bad_names{"under_score", "spa ce", "slash/", "colon:", "caf\xc3\xa9", "tab\t",
+                                                 std::string("nul\0byte", 8), std::string(kMaxHostnameBytes + 1, 'h')};
+        for (const std::string& bad : bad_names) {
+            INFO("hostname: " << bad);
+            CHECK_FALSE(decode(encode(resync_request(64, bad)), out));
+        }
+    }
+    SECTION("a wall clock before the epoch") {
+        ResyncRequest before = resync_request(64, "");
+        before.wall_clock_ns = -1;
+        CHECK_FALSE(decode(encode(before), out));
+    }
+    SECTION("trailing or missing bytes") {
+        const std::string good = encode(resync_request(64, "host"));
+        CHECK(decode(good, out));
+        CHECK_FALSE(decode(good + '\0', out));
+        CHECK_FALSE(decode(good.substr(0, good.size() - 1), out));
+        CHECK_FALSE(decode("", out));
+        // An entropy length that runs past the payload.
+        std::string lying = good;
+        lying[0] = static_cast<char>(0xf0);
+        CHECK_FALSE(decode(lying, out));
+    }
+}
+
+TEST_CASE("hostnames RESYNC takes", "[agent][protocol]") {
+    CHECK(valid_hostname("a"));
+    CHECK(valid_hostname("Sandbox-01.internal"));
+    CHECK(valid_hostname(std::string(kMaxHostnameBytes, '9')));
+    CHECK_FALSE(valid_hostname(""));
+    CHECK_FALSE(valid_hostname(std::string(kMaxHostnameBytes + 1, 'a')));
+    CHECK_FALSE(valid_hostname("a_b"));
+}
+
+TEST_CASE("RESYNC is a client message of protocol version 2", "[agent][protocol]") {
+    CHECK(is_client_message(MessageType::kResync));
+    CHECK_FALSE(is_agent_message(MessageType::kResync));
+    CHECK(std::string(message_type_name(MessageType::kResync)) == "RESYNC");
+    CHECK(message_first_version(MessageType::kResync) == 2);
+    CHECK(message_first_version(MessageType::kExec) == 1);
+    CHECK(message_first_version(MessageType::kShutdown) == 1);
+    CHECK(kMinProtocolVersion <= kProtocolVersion);
+    CHECK(message_first_version(MessageType::kResync) <= kProtocolVersion);
+}
