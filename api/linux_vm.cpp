@@ -278,6 +278,13 @@ GuestOutcome LinuxVm::outcome(const StopReason& reason) const {
 }
 std::string LinuxVm::stats_json() const { return parts_->virtio.stats_json(); }
 
+std::vector<std::string> LinuxVm::disk_files() const {
+    std::vector<std::string> files;
+    for (const virtio::blk::BlockDevice* disk : parts_->virtio.disks())
+        for (const std::string& path : disk->layer_paths()) files.push_back(path);
+    return files;
+}
+
 std::unique_ptr<snapshot::PendingSnapshot> LinuxVm::start_snapshot(const LinuxSnapshotRequest& request) {
     Parts& p = *parts_;
     std::unique_ptr<snapshot::PendingSnapshot> pending;

@@ -82,6 +82,9 @@ public:
     /// apart from disks already frozen (harmless: a new top over the old one).
     std::unique_ptr<snapshot::PendingSnapshot> start_snapshot(const LinuxSnapshotRequest& request);
 
+    /// Every file the disks read: each disk's layer chain, top first (a raw disk: its image).
+    std::vector<std::string> disk_files() const;
+
 private:
     struct Parts;
     std::unique_ptr<Parts> parts_;

@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <set>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -504,8 +505,8 @@ int serve(const VmmOptions& requested, ReadyPipe& pipe) {
     const Fd signals = block_termination_signals();
     std::unique_ptr<LinuxVm> vm;
     BootOptions boot;
-    // A fork's shared snapshot stays while any VM restored from it runs.
-    const Fd fork_base = restore ? hold_fork_base(options.restore_dir) : Fd();
+    // A fork's shared snapshot stays while any VM whose disks read from it runs.
+    std::vector<Fd> fork_bases;
     if (restore) {
         if (options.memory_backend != "file" && options.memory_backend != "uffd")
             throw Error(fmt::format("--memory-backend {}: must be file or uffd", options.memory_backend));
@@ -527,6 +528,12 @@ int serve(const VmmOptions& requested, ReadyPipe& pipe) {
         create_scratch_disk(paths.disk());
         boot = boot_options(options, paths);
         vm = std::make_unique<LinuxVm>(boot, console.get());
+    }
+    std::set<std::string> chain_dirs;
+    for (const std::string& file : vm->disk_files())
+        chain_dirs.insert(std::filesystem::path(file).parent_path().string());
+    for (const std::string& d : chain_dirs) {
+        if (Fd held = hold_fork_base(d)) fork_bases.push_back(std::move(held));
     }
     write_vm_info(paths.info_file(),
                   VmInfo{options.id, ::getpid(), options.cpus, options.memory_mib,
