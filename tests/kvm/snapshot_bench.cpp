@@ -1,18 +1,35 @@
-// `tools/bench/run snapshot`: pause, resume, snapshot, diff snapshot and restore (both
-// memory backends, restore in a new process) of a 1024 MiB / 2 vCPU probe guest
-// with 256 MiB of non-zero memory. Prints a table, then one JSON line (DESIGN.md
-// "Conventions"). Medians and p99 (= the maximum for so few runs).
+// `tools/bench/run snapshot` (nanovm's side; tools/bench/snapshot_bench.py adds the
+// QEMU peer and interleaves the two): pause, resume, snapshot of the running VM and
+// with leave-paused, time to durable, diff snapshot, restore until the vCPUs run (both
+// memory backends, in a new process) and fork n (n child processes restoring one
+// snapshot at once) of a 1024 MiB / 2 vCPU probe guest with 256 MiB of non-zero
+// memory. Prints a table, then one JSON line (DESIGN.md "Conventions"). Medians and
+// p99 (= the maximum for so few runs).
 //
 // The 256 MiB are written by the VMM (GuestMemory::write_bytes) before the guest
 // starts; the guest's two counter loops (tests/kvm/snapshot_probe.hpp) keep
 // dirtying 2 x 2048 pages while it runs. The 16 MiB for the diff snapshot are
 // written by the VMM through a DirtyTracker while the guest runs.
-// Usage: snapshot_bench --dir DIR [--runs N] [--where native|testhost] [--copy background|in-pause] [--memory-only]
+// Restore and fork children are build/tests/kvm/snapshot_child --until-running: each
+// reports when both of its vCPUs' counters have moved and checks that they went on
+// from the snapshot's values (exit 1 otherwise).
+// Fork n: pause, a diff snapshot over the last one, resume, until durable, flatten the
+// chain into memory.flat, then n children restore it at once (file backend: each a
+// MAP_PRIVATE of that flat file); request -> the last child's vCPUs run.
+// Usage: snapshot_bench --dir DIR [--runs N] [--where native|testhost] [--copy background|in-pause]
+//                       [--forks N,N...] [--paced] [--memory-only]
 // --copy in-pause keeps the memory copy inside the pause (the first slice's way),
 // for before/after figures in one run; the default copies it in the background.
+// --paced (for the driver): before each round the guest is paused, "ready" printed and
+// a line read from stdin; after it "round {JSON of its figures}"; no table.
 // --memory-only needs no /dev/kvm: it times just the memory-file side (non-zero
 // scan + base layer write, 16 MiB diff layer, flatten, map of the flat file) of the
 // same 1024 MiB memory with 256 MiB written, so it runs on any build machine.
+#include <spawn.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -30,6 +47,7 @@
 #include "tests/kvm/probe.hpp"
 #include "tests/kvm/snapshot_probe.hpp"
 #include "vmm/error.hpp"
+#include "vmm/fd.hpp"
 #include "vmm/kvm.hpp"
 
 using namespace nanovm;
@@ -117,10 +135,91 @@ int memory_only(const std::string& dir, int runs, const std::string& where) {
     return 0;
 }
 
+// A child process (snapshot_child) started with posix_spawn, its stdout on a pipe.
+struct Child {
+    pid_t pid = -1;
+    Fd out;
+    Clock::time_point started;
+};
+
+Child spawn_child(const std::vector<std::string>& args) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) throw_errno("pipe2");
+    Fd read_end(fds[0]), write_end(fds[1]);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, write_end.get(), STDOUT_FILENO);
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    Child child;
+    child.started = Clock::now();
+    const int rc = ::posix_spawn(&child.pid, argv[0], &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (rc != 0) throw SysError("posix_spawn " + args[0], rc);
+    child.out = std::move(read_end);
+    return child;
+}
+
+// Reads the child's "key=value" lines to EOF and reaps it; the status is under "exit".
+std::map<std::string, std::string> collect(Child& child) {
+    std::string text;
+    char buf[4096];
+    for (;;) {
+        const ssize_t n = ::read(child.out.get(), buf, sizeof(buf));
+        if (n > 0) text.append(buf, static_cast<size_t>(n));
+        else if (n == 0 || errno != EINTR) break;
+    }
+    int status = 0;
+    while (::waitpid(child.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    std::map<std::string, std::string> out;
+    size_t pos = 0;
+    while (pos < text.size()) {
+        size_t nl = text.find('\n', pos);
+        if (nl == std::string::npos) nl = text.size();
+        const std::string line = text.substr(pos, nl - pos);
+        const size_t eq = line.find('=');
+        if (eq != std::string::npos) out[line.substr(0, eq)] = line.substr(eq + 1);
+        pos = nl + 1;
+    }
+    out["exit"] = std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+    return out;
+}
+
+// The child's "running_at_ns" as a time point of our (the same, CLOCK_MONOTONIC) clock.
+Clock::time_point running_at(const std::map<std::string, std::string>& out) {
+    return Clock::time_point(std::chrono::duration_cast<Clock::duration>(
+        std::chrono::nanoseconds(std::stoll(out.at("running_at_ns")))));
+}
+
+void check_child(const std::map<std::string, std::string>& out, const std::string& what) {
+    if (out.at("exit") != "0")
+        throw Error(fmt::format("{} failed (exit {}): {}", what, out.at("exit"),
+                                out.count("error") ? out.at("error") : "?"));
+}
+
+// One round's figures (also kept in the run's series), printed as one JSON line in
+// --paced mode for tools/bench/snapshot_bench.py.
+struct Figures {
+    std::map<std::string, Series>& all;
+    std::map<std::string, double> round;
+    void add(const std::string& name, double v) {
+        all[name].values.push_back(v);
+        round[name] = v;
+    }
+    std::string round_json() const {
+        std::string j = "{";
+        for (const auto& [k, v] : round) j += fmt::format("{}\"{}\": {:.4f}", j.size() > 1 ? ", " : "", k, v);
+        return j + "}";
+    }
+};
+
 int run(int argc, char** argv) {
     std::string dir, where = "unknown", child = NANOVM_SNAPSHOT_CHILD;
     int runs = 3;
-    bool only_memory = false;
+    bool only_memory = false, paced = false;
+    std::vector<int> forks = {1, 4};
     snapshot::CopyMode mode = snapshot::CopyMode::background;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
@@ -128,16 +227,28 @@ int run(int argc, char** argv) {
             only_memory = true;
             continue;
         }
+        if (a == "--paced") {
+            paced = true;
+            continue;
+        }
         if (a == "--dir" && i + 1 < argc) dir = argv[++i];
         else if (a == "--runs" && i + 1 < argc) runs = std::stoi(argv[++i]);
         else if (a == "--where" && i + 1 < argc) where = argv[++i];
-        else if (a == "--copy" && i + 1 < argc) {
+        else if (a == "--forks" && i + 1 < argc) {
+            forks.clear();
+            const std::string list = argv[++i];
+            for (size_t pos = 0; pos < list.size();) {
+                const size_t comma = std::min(list.find(',', pos), list.size());
+                forks.push_back(std::stoi(list.substr(pos, comma - pos)));
+                pos = comma + 1;
+            }
+        } else if (a == "--copy" && i + 1 < argc) {
             const std::string m = argv[++i];
             if (m != "background" && m != "in-pause") throw Error("--copy is background or in-pause");
             mode = m == "background" ? snapshot::CopyMode::background : snapshot::CopyMode::in_pause;
         } else
             throw Error("usage: snapshot_bench --dir DIR [--runs N] [--where native|testhost] [--copy background|in-pause] "
-                        "[--memory-only]");
+                        "[--forks N,N...] [--paced] [--memory-only]");
     }
     if (dir.empty()) throw Error("--dir is required");
     std::filesystem::create_directories(dir);
@@ -154,19 +265,29 @@ int run(int argc, char** argv) {
     test::RecordingPio pio;
     test::RecordingMmio mmio;
     StopReason reason;
-    std::thread runner([&] { reason = test::run_bounded(machine, pio, mmio, std::chrono::hours(1)); });
+    std::thread runner([&] { reason = test::run_bounded(machine, pio, mmio, std::chrono::hours(4)); });
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
 
     std::map<std::string, Series> s;
     try {
     for (int r = 0; r < runs; ++r) {
+        if (paced) {
+            // The driver runs the peer between rounds: the guest stays paused meanwhile.
+            machine.pause();
+            std::cout << "ready" << std::endl;
+            std::string line;
+            if (!std::getline(std::cin, line)) break;
+            machine.resume();
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+        Figures f{s, {}};
         // pause / resume
         auto t = Clock::now();
         machine.pause();
-        s["pause"].values.push_back(ms_since(t));
+        f.add("pause", ms_since(t));
         t = Clock::now();
         machine.resume();
-        s["resume"].values.push_back(ms_since(t));
+        f.add("resume", ms_since(t));
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
 
         // full snapshot of the running VM: pause, capture state + write-protect
@@ -176,19 +297,32 @@ int run(int argc, char** argv) {
         machine.pause();
         const auto tp = Clock::now();
         auto pending = snapshot::start_full_snapshot(kvm, machine, full, &tracker, mode);
-        s["snapshot_paused"].values.push_back(ms_since(tp));
+        f.add("snapshot_in_pause", ms_since(tp));
         machine.resume();
-        s["snapshot"].values.push_back(ms_since(t));
+        f.add("snapshot", ms_since(t));
         const snapshot::SnapshotStats stats = pending->wait_durable();
-        s["durable"].values.push_back(ms_since(t));
+        f.add("durable", ms_since(t));
         pending.reset();
         if (!stats.fallback.empty()) std::cout << "fallback: " << stats.fallback << "\n";
-        s["snapshot_state"].values.push_back(stats.state_ms);
-        s["snapshot_scan"].values.push_back(stats.dirty_ms);
-        s["snapshot_arm"].values.push_back(stats.arm_ms);
-        s["snapshot_copy"].values.push_back(stats.memory_ms);
-        s["snapshot_wp_faults"].values.push_back(static_cast<double>(stats.wp_faults));
-        s["snapshot_pages"].values.push_back(static_cast<double>(stats.data_pages));
+        f.add("snapshot_state", stats.state_ms);
+        f.add("snapshot_scan", stats.dirty_ms);
+        f.add("snapshot_arm", stats.arm_ms);
+        f.add("snapshot_copy", stats.memory_ms);
+        f.add("snapshot_wp_faults", static_cast<double>(stats.wp_faults));
+        f.add("snapshot_pages", static_cast<double>(stats.data_pages));
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+
+        // the same, leaving the VM paused: request -> the call returns (VM paused);
+        // then until durable with the VM still paused; resumed after that (not timed).
+        const std::string paused_full = fmt::format("{}/paused{}", dir, r);
+        t = Clock::now();
+        machine.pause();
+        auto ppending = snapshot::start_full_snapshot(kvm, machine, paused_full, &tracker, mode);
+        f.add("snapshot_paused", ms_since(t));
+        ppending->wait_durable();
+        f.add("paused_durable", ms_since(t));
+        ppending.reset();
+        machine.resume();
 
         // 16 MiB more, written by the VMM through the tracker while the guest runs
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -196,30 +330,67 @@ int run(int argc, char** argv) {
         const std::string diff = fmt::format("{}/diff{}", dir, r);
         t = Clock::now();
         machine.pause();
-        auto dpending = snapshot::start_diff_snapshot(kvm, machine, diff, full, &tracker, mode);
+        auto dpending = snapshot::start_diff_snapshot(kvm, machine, diff, paused_full, &tracker, mode);
         machine.resume();
-        s["diff_snapshot"].values.push_back(ms_since(t));
+        f.add("diff_snapshot", ms_since(t));
         const snapshot::SnapshotStats dstats = dpending->wait_durable();
-        s["diff_durable"].values.push_back(ms_since(t));
+        f.add("diff_durable", ms_since(t));
         dpending.reset();
-        s["diff_pages"].values.push_back(static_cast<double>(dstats.present_pages));
+        f.add("diff_pages", static_cast<double>(dstats.present_pages));
 
-        // the flat file for the file backend (part of time-to-durable of the snapshot path)
+        // the flat file for the file backend (made once per snapshot, a cache)
         t = Clock::now();
         snapshot::ensure_flat_memory(full);
-        s["flatten"].values.push_back(ms_since(t));
+        f.add("flatten", ms_since(t));
 
-        for (const char* backend : {"file", "uffd"}) {
-            t = Clock::now();
-            const auto out = test::run_child(fmt::format("{} --dir {} --backend {} --run-ms 1", child, full, backend));
-            const double wall = ms_since(t);
-            if (out.at("exit") != "0")
-                throw Error(fmt::format("restore ({}) failed: {}", backend, out.count("error") ? out.at("error") : "?"));
-            s[fmt::format("restore_{}", backend)].values.push_back(std::stod(out.at("restore_ms")));
-            s[fmt::format("restore_{}_process", backend)].values.push_back(wall);
+        // restore in a new process until its vCPUs run: exec -> both counters moved
+        for (const std::string backend : {"file", "uffd"}) {
+            Child c = spawn_child({child, "--dir", full, "--backend", backend, "--until-running"});
+            const auto out = collect(c);
+            check_child(out, "restore (" + backend + ")");
+            f.add("restore_" + backend, std::chrono::duration<double, std::milli>(running_at(out) - c.started).count());
+            f.add("restore_" + backend + "_call", std::stod(out.at("restore_ms")));
+            f.add("restore_" + backend + "_in_process", std::stod(out.at("running_ms")));
         }
-        std::filesystem::remove_all(full);
-        std::filesystem::remove_all(diff);
+
+        // fork n: a diff snapshot over the last one (the VM resumes as soon as the
+        // call returns), until durable, its flat file, then n children restoring it
+        // at once (file backend: each MAP_PRIVATE of the same flat file) until the
+        // last child's vCPUs run. Each child checks its counters go on from the
+        // snapshot (snapshot_child --until-running).
+        std::string last = diff;
+        for (const int n : forks) {
+            const std::string fork_dir = fmt::format("{}/fork{}_{}", dir, n, r);
+            const std::string name = fmt::format("fork{}", n);
+            t = Clock::now();
+            machine.pause();
+            auto fpending = snapshot::start_diff_snapshot(kvm, machine, fork_dir, last, &tracker, mode);
+            machine.resume();
+            f.add(name + "_resumed", ms_since(t));
+            fpending->wait_durable();
+            fpending.reset();
+            f.add(name + "_durable", ms_since(t));
+            snapshot::ensure_flat_memory(fork_dir);
+            f.add(name + "_flat", ms_since(t));
+            std::vector<Child> children;
+            for (int k = 0; k < n; ++k)
+                children.push_back(spawn_child({child, "--dir", fork_dir, "--backend", "file", "--until-running"}));
+            Clock::time_point last_running = t;
+            double restore_call = 0;
+            std::vector<std::map<std::string, std::string>> outs;
+            for (Child& c : children) outs.push_back(collect(c));  // all reaped before any check throws
+            for (int k = 0; k < n; ++k) {
+                const auto& out = outs[k];
+                check_child(out, fmt::format("fork {} child {}", n, k));
+                last_running = std::max(last_running, running_at(out));
+                restore_call = std::max(restore_call, std::stod(out.at("restore_ms")));
+            }
+            f.add(name, std::chrono::duration<double, std::milli>(last_running - t).count());
+            f.add(name + "_child_restore_call_max", restore_call);
+            last = fork_dir;
+        }
+        if (paced) std::cout << "round " << f.round_json() << std::endl;
+        for (const auto& d : std::filesystem::directory_iterator(dir)) std::filesystem::remove_all(d.path());
     }
     } catch (...) {
         // Stop the guest and its thread before the error leaves (a joinable thread would abort).
@@ -228,21 +399,22 @@ int run(int argc, char** argv) {
         runner.join();
         throw;
     }
+    machine.resume();
     machine.request_stop("bench done");
     runner.join();
+    if (paced) {
+        std::cout << "done stop=" << reason.describe() << std::endl;
+        return reason.kind == StopReason::Kind::requested ? 0 : 1;
+    }
 
     std::cout << fmt::format("snapshot bench ({}), 1024 MiB / 2 vCPU probe, 256 MiB non-zero, {} runs, copy {}\n", where,
                              runs, mode == snapshot::CopyMode::background ? "background" : "in-pause");
     print(s);
-    const auto key = [&](const char* k, const char* name) {
-        return fmt::format(", \"nanovm_{}_ms\": {:.3f}, \"nanovm_{}_p99_ms\": {:.3f}", k, s[name].median(), k,
-                           s[name].p99());
-    };
-    std::cout << "{\"case\": \"snapshot\", \"where\": \"" << where << "\"" << key("snapshot", "snapshot")
-              << key("snapshot_paused", "snapshot_paused") << key("durable", "durable")
-              << key("diff_snapshot", "diff_snapshot") << key("diff_durable", "diff_durable") << key("flatten", "flatten")
-              << key("restore_file", "restore_file") << key("restore_uffd", "restore_uffd")
-              << key("pause", "pause") << key("resume", "resume") << "}" << std::endl;
+    std::string json = fmt::format("{{\"case\": \"snapshot\", \"where\": \"{}\"", where);
+    for (const auto& [name, series] : s)
+        json += fmt::format(", \"nanovm_{}_ms\": {:.3f}, \"nanovm_{}_p99_ms\": {:.3f}", name, series.median(), name,
+                            series.p99());
+    std::cout << json << "}" << std::endl;
     return reason.kind == StopReason::Kind::requested ? 0 : 1;
 }
 

@@ -12,6 +12,16 @@
 // with --snapshot-to OUT: a diff snapshot of the restored VM over --dir into OUT
 //   snapshot_ms=..., snapshot_pages=N
 //   uffd_faults=N, stop=<reason>; error=<message> and exit 1 on failure.
+// with --until-running (for tools/bench/run snapshot: restore and fork "until the
+// vCPUs run"): runs until every vCPU's counter has moved on from its restored value,
+// then pauses at once and checks that each counter went on from exactly there:
+//   running_ms=...        restore start -> every vCPU seen running (ms)
+//   running_at_ns=N       that moment on CLOCK_MONOTONIC (steady_clock; the parent
+//                         compares it with its own request time)
+//   counter<i>_after=N    and exit 1 (error=...) unless, in vCPU i's area, the values
+//                         above the restored counter are exactly restored+1 ..
+//                         counter_after, each once (no gap, no value from nowhere)
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -36,10 +46,79 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
+// --until-running: see the header comment.
+int run_until_running(Machine& machine, Clock::time_point restore_start) {
+    GuestMemory& memory = machine.memory();
+    std::vector<uint32_t> restored;
+    for (uint32_t i = 0; i < machine.vcpu_count(); ++i)
+        restored.push_back(memory.read<uint32_t>(Gpa(test::standard_loop(i).counter)));
+    test::RecordingPio pio;
+    test::RecordingMmio mmio;
+    StopReason reason;
+    std::thread runner([&] { reason = test::run_bounded(machine, pio, mmio, std::chrono::seconds(120)); });
+    const auto all_moved = [&] {
+        for (uint32_t i = 0; i < machine.vcpu_count(); ++i)
+            if (memory.read<uint32_t>(Gpa(test::standard_loop(i).counter)) == restored[i]) return false;
+        return true;
+    };
+    const auto deadline = Clock::now() + std::chrono::seconds(60);
+    bool moved = false;
+    while (!(moved = all_moved()) && Clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+    const auto running_at = Clock::now();
+    machine.pause();
+    std::string error;
+    if (!moved) error = "the vCPUs did not run within 60 s";
+    std::cout << fmt::format("running_ms={:.3f}\nrunning_at_ns={}\n",
+                             std::chrono::duration<double, std::milli>(running_at - restore_start).count(),
+                             std::chrono::duration_cast<std::chrono::nanoseconds>(running_at.time_since_epoch()).count());
+    for (uint32_t i = 0; i < machine.vcpu_count() && error.empty(); ++i) {
+        const test::CounterLoop loop = test::standard_loop(i);
+        const uint32_t after = memory.read<uint32_t>(Gpa(loop.counter));
+        std::cout << fmt::format("counter{}={}\ncounter{}_after={}\n", i, restored[i], i, after);
+        const uint32_t pages = (loop.end - loop.begin) / kPageSize;
+        if (after <= restored[i]) {
+            error = fmt::format("vCPU {}: counter {} -> {} after it was seen moving", i, restored[i], after);
+            break;
+        }
+        // Each step stores the new count into the next page, so the values above the
+        // restored count must be exactly the last min(steps, pages) counts, each once;
+        // except that the pause may fall between the counter's store and the page's:
+        // then `after` is in no page yet, and after a whole lap that page still holds
+        // the count one lap older (`low`).
+        const uint32_t low = std::max(restored[i], after > pages ? after - pages : 0u);
+        std::vector<uint8_t> seen(after - low, 0);
+        uint32_t one_lap_old = 0;
+        for (uint32_t p = 0; p < pages && error.empty(); ++p) {
+            const uint32_t v = memory.read<uint32_t>(Gpa(loop.begin + uint64_t{p} * kPageSize));
+            if (v <= restored[i]) continue;
+            if (v == low) ++one_lap_old;
+            else if (v < low || v > after || seen[v - low - 1]++)
+                error = fmt::format("vCPU {}: page {:#x} holds {} (restored counter {}, now {})", i,
+                                    loop.begin + uint64_t{p} * kPageSize, v, restored[i], after);
+        }
+        for (size_t k = 0; k < seen.size() && error.empty(); ++k)
+            if (!seen[k] && low + 1 + k != after)
+                error = fmt::format("vCPU {}: count {} is in no page (restored counter {}, now {})", i, low + 1 + k,
+                                    restored[i], after);
+        if (error.empty() && one_lap_old > (seen.back() ? 0u : 1u))
+            error = fmt::format("vCPU {}: {} pages still hold {}, one lap old (now {})", i, one_lap_old, low, after);
+    }
+    machine.resume();
+    machine.request_stop("child done");
+    runner.join();
+    std::cout << "stop=" << reason.describe() << "\n";
+    if (!error.empty()) {
+        std::cout << "error=" << error << std::endl;
+        return 1;
+    }
+    return 0;
+}
+
 int run(int argc, char** argv) {
     std::string dir, backend = "file", snapshot_to;
     int run_ms = 0;
-    bool want_ram_crc = false;
+    bool want_ram_crc = false, until_running = false;
     std::vector<uint64_t> samples;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
@@ -53,6 +132,7 @@ int run(int argc, char** argv) {
         else if (a == "--sample") samples.push_back(std::stoull(next(), nullptr, 0));
         else if (a == "--snapshot-to") snapshot_to = next();
         else if (a == "--ram-crc") want_ram_crc = true;
+        else if (a == "--until-running") until_running = true;
         else throw Error("unknown argument " + a);
     }
     if (dir.empty()) throw Error("--dir is required");
@@ -66,6 +146,7 @@ int run(int argc, char** argv) {
                              restored.state_ms);
     Machine& machine = *restored.machine;
     GuestMemory& memory = machine.memory();
+    if (until_running) return run_until_running(machine, t);
     if (want_ram_crc) std::cout << fmt::format("ram_crc={:#010x}\n", test::ram_crc(memory));
     for (uint64_t gpa : samples)
         std::cout << fmt::format("sample_{:#x}={:#010x}\n", gpa, test::memory_crc(memory, gpa, kPageSize));
