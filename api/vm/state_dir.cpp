@@ -223,9 +223,10 @@ std::string forks_dir() { return run_dir() + "/forks"; }
 ForkBase new_fork_base(const std::string& parent_id) {
     fs::create_directories(forks_dir());
     ForkBase base;
-    base.dir = fmt::format("{}/{}-{}", forks_dir(), parent_id, new_vm_id());
-    if (::mkdir(base.dir.c_str(), 0700) != 0) throw_errno("mkdir " + base.dir);
-    const std::string lock = base.dir + "/" + kForkUsersLock;
+    const std::string top = fmt::format("{}/{}-{}", forks_dir(), parent_id, new_vm_id());
+    if (::mkdir(top.c_str(), 0700) != 0) throw_errno("mkdir " + top);
+    base.dir = top + "/snapshot";
+    const std::string lock = top + "/" + kForkUsersLock;
     Fd fd(::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
     if (!fd) throw_errno("open " + lock);
     if (::flock(fd.get(), LOCK_SH) != 0) throw_errno("flock " + lock);
@@ -234,7 +235,12 @@ ForkBase new_fork_base(const std::string& parent_id) {
 }
 
 Fd hold_fork_base(const std::string& dir) {
-    const std::string lock = dir + "/" + kForkUsersLock;
+    std::error_code ec;
+    const fs::path snapshot = fs::weakly_canonical(dir, ec);
+    if (ec || snapshot.filename() != "snapshot") return Fd();
+    const fs::path forks = fs::weakly_canonical(forks_dir(), ec);
+    if (ec || snapshot.parent_path().parent_path() != forks) return Fd();
+    const std::string lock = (snapshot.parent_path() / kForkUsersLock).string();
     Fd fd(::open(lock.c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd) {
         if (errno == ENOENT) return Fd();

@@ -104,12 +104,13 @@ bool remove_if_dead(const VmPaths& paths);
 /// minutes (a nanovm killed while creating one). Returns the ids removed.
 std::vector<std::string> clean_stale_vm_dirs();
 
-/// A fork's shared snapshot (nanovm vm fork): <run_dir>/forks/<parent id>-<random id>/.
-/// Every VMM restored from it holds a shared flock on its `users.lock` for its life
-/// (hold_fork_base); the directory is removed by clean_unused_fork_bases once
-/// nobody holds it. `lock` is the creator's own shared hold.
+/// A fork's shared snapshot (nanovm vm fork): <run_dir>/forks/<parent id>-<random id>/
+/// holds `users.lock` and the snapshot directory `snapshot/`. Every VMM whose disks
+/// or memory come from it holds a shared flock on users.lock for its life
+/// (hold_fork_base); the whole base is removed by clean_unused_fork_bases once nobody
+/// holds it. `lock` is the creator's own shared hold.
 struct ForkBase {
-    std::string dir;
+    std::string dir;  ///< the snapshot directory (<base>/snapshot, not created yet)
     Fd lock;
 };
 
@@ -117,8 +118,9 @@ struct ForkBase {
 /// Throws SysError naming the path.
 ForkBase new_fork_base(const std::string& parent_id);
 
-/// If `dir` is a fork base (has users.lock), takes a shared flock on it and returns
-/// the fd to keep open; else an invalid Fd. Throws SysError.
+/// If `dir` is a fork's snapshot directory (<run_dir>/forks/<name>/snapshot), takes a
+/// shared flock on its base's users.lock and returns the fd to keep open; else an
+/// invalid Fd. Throws SysError.
 Fd hold_fork_base(const std::string& dir);
 
 /// Removes every fork base that no process holds. Never throws.

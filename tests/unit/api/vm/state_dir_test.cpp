@@ -125,3 +125,24 @@ TEST_CASE("a run directory too long for Unix socket paths is refused with advice
     CHECK_THROWS_WITH(create_vm_dir(), Catch::Contains("too long") && Catch::Contains("NANOVM_RUN_DIR"));
     CHECK_FALSE(exists(long_dir));
 }
+
+TEST_CASE("fork bases: held while any VM uses them, removed once none does", "[api][vm][state]") {
+    namespace fs = std::filesystem;
+    RunDir run;
+    ForkBase base = new_fork_base("0123456789ab");
+    CHECK(fs::path(base.dir).filename() == "snapshot");
+    CHECK(fs::path(base.dir).parent_path().parent_path() == fs::path(run_dir()) / "forks");
+    fs::create_directories(base.dir);  // the snapshot command makes it
+    Fd child = hold_fork_base(base.dir);
+    CHECK(child.valid());
+    CHECK_FALSE(hold_fork_base(run_dir()).valid());           // not a fork base
+    CHECK_FALSE(hold_fork_base(base.dir + "/../x").valid());  // not its snapshot dir
+    clean_unused_fork_bases();
+    CHECK(fs::exists(base.dir));  // the creator and a child hold it
+    base.lock.reset();
+    clean_unused_fork_bases();
+    CHECK(fs::exists(base.dir));  // the child still does
+    child.reset();
+    clean_unused_fork_bases();
+    CHECK_FALSE(fs::exists(fs::path(base.dir).parent_path()));
+}
