@@ -334,13 +334,15 @@ TEST_CASE("1000 short-lived commands leave no zombie; round trip of true", "[age
     std::sort(ms.begin(), ms.end());
     std::printf("agent: round trip of /bin/true over a Unix socket: median %.3f ms, p99 %.3f ms (1000 runs)\n",
                 ms[500], ms[990]);
-    int zombies = -1;
-    for (int i = 0; i < 100 && zombies != 0; ++i) {
+    // The last orphans may still be running `true` for a moment (a loaded machine).
+    int zombies = -1, children = -1;
+    for (int i = 0; i < 250 && (zombies != 0 || children != 0); ++i) {
         zombies = agent.zombie_children();
-        if (zombies != 0) std::this_thread::sleep_for(20ms);
+        children = static_cast<int>(agent.children());
+        if (zombies != 0 || children != 0) std::this_thread::sleep_for(20ms);
     }
     CHECK(zombies == 0);
-    CHECK(agent.children() == 0);
+    CHECK(children == 0);
 }
 
 TEST_CASE("32 commands run at once on one connection", "[agent][exec][concurrency]") {
