@@ -32,6 +32,10 @@
 
 namespace nanovm {
 
+// The UART registers as JSON (nlohmann's macro: every field by its own name).
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(SerialState, ier, fcr, lcr, mcr, scr, dll, dlm, lsr_errors, msr_deltas,
+                                   thre_pending)
+
 namespace {
 
 // Reads a whole file. Throws Error("<what> <path>: <reason>"), with `hint` appended
@@ -173,27 +177,6 @@ struct LinuxVm::Parts {
 
 namespace {
 
-nlohmann::json serial_json(const SerialState& s) {
-    return nlohmann::json{{"ier", s.ier}, {"fcr", s.fcr}, {"lcr", s.lcr}, {"mcr", s.mcr}, {"scr", s.scr},
-                          {"dll", s.dll}, {"dlm", s.dlm}, {"lsr_errors", s.lsr_errors},
-                          {"msr_deltas", s.msr_deltas}, {"thre_pending", s.thre_pending}};
-}
-
-SerialState serial_from(const nlohmann::json& j) {
-    SerialState s;
-    j.at("ier").get_to(s.ier);
-    j.at("fcr").get_to(s.fcr);
-    j.at("lcr").get_to(s.lcr);
-    j.at("mcr").get_to(s.mcr);
-    j.at("scr").get_to(s.scr);
-    j.at("dll").get_to(s.dll);
-    j.at("dlm").get_to(s.dlm);
-    j.at("lsr_errors").get_to(s.lsr_errors);
-    j.at("msr_deltas").get_to(s.msr_deltas);
-    j.at("thre_pending").get_to(s.thre_pending);
-    return s;
-}
-
 // Puts `path` into snapshot directory `dir` under its own name: a hard link (O(1);
 // the file is frozen, never written again), or a sparse copy when `dir` is on
 // another file system. Its data is fsync'd either way. Returns the name.
@@ -262,7 +245,7 @@ LinuxVm::LinuxVm(const std::string& dir, snapshot::MemoryBackend backend,
     parts_ = std::make_unique<Parts>(std::move(kvm), std::move(restored), options, console_fd);
     try {
         parts_->virtio.load_state(saved.at("devices"));
-        parts_->legacy.com1().load_state(serial_from(saved.at("serial")));
+        parts_->legacy.com1().load_state(saved.at("serial").get<SerialState>());
     } catch (const nlohmann::json::exception& e) {
         throw Error(fmt::format("{}/vm.state: devices: {}", dir, e.what()));
     }
@@ -317,7 +300,7 @@ std::unique_ptr<snapshot::PendingSnapshot> LinuxVm::start_snapshot(const LinuxSn
                                    {"config", request.config},
                                    {"disks", std::move(disks)},
                                    {"devices", p.virtio.save_state()},
-                                   {"serial", serial_json(p.legacy.com1().save_state())}};
+                                   {"serial", p.legacy.com1().save_state()}};
         snapshot::SnapshotExtras extras;
         extras.devices = saved.dump();
         extras.extra_parts = [local](const std::string& dir) {

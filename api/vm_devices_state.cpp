@@ -24,6 +24,15 @@
 #include "devices/virtio/vsock/vsock_device.hpp"
 #include "vmm/error.hpp"
 
+// JSON forms of the plain state structs (nlohmann's macros: every field by its own
+// name; a missing key or a wrong type throws json::exception).
+namespace nanovm::virtio {
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(MmioTransportState, status, device_features_sel, driver_features_sel,
+                                   driver_features, queue_sel, interrupt_status, config_generation)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(QueueState, size, ready, desc_table, avail_ring, used_ring, next_avail, next_used,
+                                   event_idx, indirect, signalled_used, signalled_used_valid)
+}  // namespace nanovm::virtio
+
 namespace nanovm {
 
 namespace {
@@ -40,58 +49,6 @@ const char* kind_of(uint32_t device_id) {
         case virtio::device_id::kRng: return "rng";
     }
     return "unknown";
-}
-
-json transport_json(const virtio::MmioTransportState& t) {
-    return json{{"status", t.status},
-                {"device_features_sel", t.device_features_sel},
-                {"driver_features_sel", t.driver_features_sel},
-                {"driver_features", t.driver_features},
-                {"queue_sel", t.queue_sel},
-                {"interrupt_status", t.interrupt_status},
-                {"config_generation", t.config_generation}};
-}
-
-virtio::MmioTransportState transport_from(const json& j) {
-    virtio::MmioTransportState t;
-    j.at("status").get_to(t.status);
-    j.at("device_features_sel").get_to(t.device_features_sel);
-    j.at("driver_features_sel").get_to(t.driver_features_sel);
-    j.at("driver_features").get_to(t.driver_features);
-    j.at("queue_sel").get_to(t.queue_sel);
-    j.at("interrupt_status").get_to(t.interrupt_status);
-    j.at("config_generation").get_to(t.config_generation);
-    return t;
-}
-
-json queue_json(const virtio::QueueState& q) {
-    return json{{"size", q.size},
-                {"ready", q.ready},
-                {"desc_table", q.desc_table},
-                {"avail_ring", q.avail_ring},
-                {"used_ring", q.used_ring},
-                {"next_avail", q.next_avail},
-                {"next_used", q.next_used},
-                {"event_idx", q.event_idx},
-                {"indirect", q.indirect},
-                {"signalled_used", q.signalled_used},
-                {"signalled_used_valid", q.signalled_used_valid}};
-}
-
-virtio::QueueState queue_from(const json& j) {
-    virtio::QueueState q;
-    j.at("size").get_to(q.size);
-    j.at("ready").get_to(q.ready);
-    j.at("desc_table").get_to(q.desc_table);
-    j.at("avail_ring").get_to(q.avail_ring);
-    j.at("used_ring").get_to(q.used_ring);
-    j.at("next_avail").get_to(q.next_avail);
-    j.at("next_used").get_to(q.next_used);
-    j.at("event_idx").get_to(q.event_idx);
-    j.at("indirect").get_to(q.indirect);
-    j.at("signalled_used").get_to(q.signalled_used);
-    j.at("signalled_used_valid").get_to(q.signalled_used_valid);
-    return q;
 }
 
 json device_json(virtio::VirtioDevice& device) {
@@ -180,9 +137,9 @@ nlohmann::json VmDevices::save_state() {
     for (size_t i = 0; i < devices_.size(); ++i) {
         virtio::MmioTransport& t = devices_.transport(i);
         json queues = json::array();
-        for (const virtio::QueueState& q : t.queue_states()) queues.push_back(queue_json(q));
+        for (const virtio::QueueState& q : t.queue_states()) queues.push_back(q);
         virtio_devices.push_back(json{{"kind", kind_of(t.device().device_id())},
-                                      {"transport", transport_json(t.state())},
+                                      {"transport", t.state()},
                                       {"queues", std::move(queues)},
                                       {"device", device_json(t.device())}});
     }
@@ -207,9 +164,8 @@ void VmDevices::load_state(const nlohmann::json& state) {
                 throw Error(fmt::format("device {}: saved as {}, this VM has {}", i, kind, t.device().name()));
             try {
                 load_device(t.device(), saved.at("device"));
-                std::vector<virtio::QueueState> queues;
-                for (const json& q : saved.at("queues")) queues.push_back(queue_from(q));
-                t.load_state(transport_from(saved.at("transport")), queues);
+                t.load_state(saved.at("transport").get<virtio::MmioTransportState>(),
+                             saved.at("queues").get<std::vector<virtio::QueueState>>());
             } catch (const json::exception& e) {
                 throw Error(fmt::format("{}: {}", t.device().name(), e.what()));
             } catch (const Error& e) {

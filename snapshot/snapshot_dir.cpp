@@ -9,10 +9,12 @@
 
 #include "snapshot/crc32c.hpp"
 #include "snapshot/manifest.hpp"
+#include "snapshot/prefetch_list.hpp"
 #include "snapshot/snapshot_error.hpp"
 #include "snapshot/state_file.hpp"
 #include "snapshot/vm_state.hpp"
 #include "vmm/error.hpp"
+#include "vmm/log.hpp"
 
 namespace nanovm::snapshot {
 
@@ -179,9 +181,20 @@ RestoredMachine restore_snapshot(const Kvm& kvm, const std::string& dir, MemoryB
             throw SnapshotError(fmt::format("{}: {} bytes of RAM, vm.state says {}", snapshot_part(dir, kLayerFileName),
                                             chain.ram_bytes(), state.machine.ram_bytes));
         memory = GuestMemory::create(state.machine.ram_bytes);
-        out.uffd = std::make_unique<UffdServer>(memory, std::move(chain), [target](const std::string& message) {
-            if (Machine* m = target->machine.load()) m->request_stop(StopReason{StopReason::Kind::error, {}, message});
-        });
+        // What the last uffd restore of this snapshot touched first comes in first.
+        UffdPrefetch prefetch;
+        prefetch.record_path = snapshot_part(dir, kPrefetchFileName);
+        std::string why;
+        prefetch.pages = read_prefetch_list(prefetch.record_path, chain.total_pages(), why);
+        if (!why.empty()) log_line(fmt::format("uffd restore: no prefetch: {}", why));
+        out.prefetch_pages = prefetch.pages.size();
+        out.uffd = std::make_unique<UffdServer>(
+            memory, std::move(chain),
+            [target](const std::string& message) {
+                if (Machine* m = target->machine.load())
+                    m->request_stop(StopReason{StopReason::Kind::error, {}, message});
+            },
+            std::move(prefetch));
     }
     out.memory_ms = ms_since(t);
 

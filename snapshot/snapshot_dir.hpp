@@ -68,7 +68,7 @@ SnapshotStats write_diff_snapshot(const Kvm& kvm, Machine& machine, const std::s
 /// How a restore backs guest RAM.
 enum class MemoryBackend {
     file,  ///< MAP_PRIVATE of dir/memory.flat (built from the chain when missing or stale)
-    uffd,  ///< memfds filled on demand by a UffdServer
+    uffd,  ///< memfds filled on demand by a UffdServer, prefetching what the last uffd restore touched first
 };
 
 /// A Machine restored from a snapshot, with what keeps its memory served. Members
@@ -79,6 +79,7 @@ struct RestoredMachine {
     double memory_ms = 0;  ///< opening the chain (+ flattening, + mapping), ms
     double state_ms = 0;   ///< reading vm.state + creating the Machine + loading its state, ms
     std::string devices;   ///< vm.state's "devices" section (empty: none), for the device owner
+    size_t prefetch_pages = 0;  ///< uffd: pages of the last restore's prefetch.pages being copied in
 };
 
 /// Restores `dir` into a new Machine (shape from vm.state; memslots with

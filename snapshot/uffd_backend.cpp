@@ -14,14 +14,17 @@
 
 #include <fmt/format.h>
 
+#include "snapshot/prefetch_list.hpp"
 #include "snapshot/snapshot_error.hpp"
 #include "snapshot/userfaultfd.hpp"
 #include "vmm/error.hpp"
+#include "vmm/log.hpp"
 
 namespace nanovm::snapshot {
 
-UffdServer::UffdServer(GuestMemory& memory, LayerChain chain, std::function<void(const std::string&)> on_error)
-    : chain_(std::move(chain)), on_error_(std::move(on_error)) {
+UffdServer::UffdServer(GuestMemory& memory, LayerChain chain, std::function<void(const std::string&)> on_error,
+                       UffdPrefetch prefetch)
+    : chain_(std::move(chain)), on_error_(std::move(on_error)), started_(std::chrono::steady_clock::now()) {
     if (chain_.ram_bytes() != memory.ram_bytes())
         throw SnapshotError(fmt::format("memory layer has {} bytes of RAM, the machine {}", chain_.ram_bytes(),
                                         memory.ram_bytes()));
@@ -38,13 +41,59 @@ UffdServer::UffdServer(GuestMemory& memory, LayerChain chain, std::function<void
     memory.set_backing(GuestMemory::Backing::lazy_memfd);
     stop_ = Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     if (!stop_) throw_errno("eventfd");
+    if (prefetch.pages.empty() && !prefetch.record_path.empty()) {
+        record_path_ = std::move(prefetch.record_path);
+        seen_.assign((chain_.total_pages() + 63) / 64, 0);
+        recording_ = true;
+    }
     thread_ = std::thread([this] { loop(); });
+    if (prefetch.pages.empty()) {
+        prefetch_done_.store(true, std::memory_order_release);
+    } else {
+        prefetch_thread_ = std::thread([this, pages = std::move(prefetch.pages)]() mutable {
+            prefetch_loop(std::move(pages));
+        });
+    }
 }
 
 UffdServer::~UffdServer() {
+    stopping_.store(true, std::memory_order_relaxed);
+    if (prefetch_thread_.joinable()) prefetch_thread_.join();
     const uint64_t one = 1;
     [[maybe_unused]] const ssize_t n = ::write(stop_.get(), &one, sizeof(one));
     if (thread_.joinable()) thread_.join();
+    if (recording_) write_record();
+}
+
+void UffdServer::prefetch_loop(std::vector<uint32_t> pages) {
+    for (const uint32_t page : pages) {
+        if (stopping_.load(std::memory_order_relaxed)) break;
+        for (const Region& r : regions_) {
+            if (page < r.first_page || page - r.first_page >= r.size / kPageSize) continue;
+            if (fill(r.host + (page - r.first_page) * kPageSize, false)) prefetched_.fetch_add(1, std::memory_order_relaxed);
+            break;
+        }
+    }
+    prefetch_done_.store(true, std::memory_order_release);
+}
+
+void UffdServer::record(uint64_t page) {
+    if (std::chrono::steady_clock::now() - started_ > kRecordWindow || recorded_.size() >= kMaxPrefetchPages) {
+        write_record();
+        recording_ = false;
+        return;
+    }
+    if (page_set(seen_, page)) return;
+    seen_[page / 64] |= 1ULL << (page % 64);
+    recorded_.push_back(static_cast<uint32_t>(page));
+}
+
+void UffdServer::write_record() noexcept {
+    try {
+        write_prefetch_list(record_path_, chain_.total_pages(), recorded_);
+    } catch (const std::exception& e) {
+        log_line(fmt::format("uffd restore: not keeping the prefetch list: {}", e.what()));
+    }
 }
 
 void UffdServer::loop() {
@@ -70,12 +119,16 @@ void UffdServer::loop() {
 
 void UffdServer::serve(uint64_t address) {
     faults_.fetch_add(1, std::memory_order_relaxed);
-    const uint64_t page_addr = address & ~(kPageSize - 1);
+    fill(address & ~(kPageSize - 1), true);
+}
+
+bool UffdServer::fill(uint64_t page_addr, bool fault) {
     const Region* region = nullptr;
     for (const Region& r : regions_)
         if (page_addr >= r.host && page_addr - r.host < r.size) region = &r;
-    if (!region) return;  // not ours: cannot happen for registered ranges
+    if (!region) return false;  // not ours: cannot happen for registered ranges
     const uint64_t page = region->first_page + (page_addr - region->host) / kPageSize;
+    if (fault && recording_) record(page);
     const LayerFile* layer = chain_.find(page);
     // Serve a run of up to kRunPages pages that come from the same place (the same
     // layer, whose pages then sit back to back in its file, or zeros): sequential
@@ -127,9 +180,10 @@ void UffdServer::serve(uint64_t address) {
         if (on_error_)
             on_error_(fmt::format("{} at HVA {:#x}: {}", source ? "UFFDIO_COPY" : "UFFDIO_ZEROPAGE", page_addr,
                                   std::strerror(errno)));
-        return;
+        return false;
     }
     (source ? copied_ : zeroed_).fetch_add(std::max<uint64_t>(done / kPageSize, 1), std::memory_order_relaxed);
+    return true;
 }
 
 }  // namespace nanovm::snapshot

@@ -3,21 +3,35 @@
 // thread fills each page on its first touch (by a vCPU through KVM, or by the VMM)
 // from the topmost layer of the chain holding it (UFFDIO_COPY, after checking the
 // page's CRC) or with zeros (UFFDIO_ZEROPAGE). The memory stays ordinary memfds,
-// so the restored VM can be snapshotted again. Source: Documentation/admin-guide/
+// so the restored VM can be snapshotted again. Prefetch (UffdPrefetch): the pages
+// the previous restore of the same snapshot faulted first are copied in by a second
+// thread right away, in that order; a restore without such a list records its own
+// first faults for the next one (snapshot/prefetch_list.hpp). Source: Documentation/admin-guide/
 // mm/userfaultfd.rst (Linux 6.1); shmem ranges need UFFD_FEATURE_MISSING_SHMEM.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "snapshot/memory_layer.hpp"
 #include "vmm/fd.hpp"
 #include "vmm/guest_memory.hpp"
 
 namespace nanovm::snapshot {
+
+/// Prefetch for one restore.
+struct UffdPrefetch {
+    /// Linear page indices to copy in at once, in order (read_prefetch_list); empty: none.
+    std::vector<uint32_t> pages;
+    /// Where to write the pages this restore faults on first (when `pages` is
+    /// empty): after kRecordWindow, or at destruction if earlier. Empty: no recording.
+    std::string record_path;
+};
 
 /// Serves page faults on `memory` from `chain`. Create it after the GuestMemory and
 /// before anything touches that memory; destroy it after the last access to the
@@ -27,6 +41,8 @@ public:
     /// Pages served per fault at most: the faulting page and those after it from
     /// the same layer (or zeros), 64 KiB.
     static constexpr uint64_t kRunPages = 16;
+    /// How long after the start first-touch faults are recorded for the next restore.
+    static constexpr std::chrono::milliseconds kRecordWindow{5000};
 
     /// Registers every region of `memory` (which must have been just created, all
     /// holes) and starts the handler thread. `on_error` is called on the handler
@@ -34,7 +50,8 @@ public:
     /// page is then zero-filled so the faulting thread does not hang, and the
     /// caller should stop the VM. Throws SysError (userfaultfd, UFFDIO_API,
     /// UFFDIO_REGISTER) or Error if shmem faults are not supported.
-    UffdServer(GuestMemory& memory, LayerChain chain, std::function<void(const std::string&)> on_error = {});
+    UffdServer(GuestMemory& memory, LayerChain chain, std::function<void(const std::string&)> on_error = {},
+               UffdPrefetch prefetch = {});
     UffdServer(const UffdServer&) = delete;
     UffdServer& operator=(const UffdServer&) = delete;
     /// Stops and joins the handler thread and closes the userfaultfd.
@@ -44,6 +61,10 @@ public:
     /// Pages filled from layers / with zeros (a fault serves up to kRunPages).
     uint64_t pages_copied() const noexcept { return copied_.load(std::memory_order_relaxed); }
     uint64_t pages_zeroed() const noexcept { return zeroed_.load(std::memory_order_relaxed); }
+    /// Prefetch list entries whose pages the prefetch thread filled (or found there).
+    uint64_t pages_prefetched() const noexcept { return prefetched_.load(std::memory_order_relaxed); }
+    /// True once the prefetch thread went through its whole list (at once if none).
+    bool prefetch_done() const noexcept { return prefetch_done_.load(std::memory_order_acquire); }
 
 private:
     struct Region {
@@ -53,14 +74,29 @@ private:
     };
     void loop();
     void serve(uint64_t address);
+    /// Fills the run of pages at `page_addr` (HVA, page aligned) for a fault (handler
+    /// thread: recorded) or the prefetch; returns false if it failed (on_error_ told).
+    bool fill(uint64_t page_addr, bool fault);
+    void prefetch_loop(std::vector<uint32_t> pages);
+    void record(uint64_t page);
+    void write_record() noexcept;
 
     LayerChain chain_;
     std::vector<Region> regions_;
     std::function<void(const std::string&)> on_error_;
     Fd uffd_;
     Fd stop_;  ///< eventfd: the destructor's wake-up
-    std::atomic<uint64_t> faults_{0}, copied_{0}, zeroed_{0};
+    std::atomic<uint64_t> faults_{0}, copied_{0}, zeroed_{0}, prefetched_{0};
+    std::atomic<bool> prefetch_done_{false};
+    std::atomic<bool> stopping_{false};
+    // First-touch recording (handler thread only, then the destructor after the join).
+    std::string record_path_;
+    std::vector<uint32_t> recorded_;
+    std::vector<uint64_t> seen_;  ///< bitmap of recorded pages
+    std::chrono::steady_clock::time_point started_;
+    bool recording_ = false;
     std::thread thread_;
+    std::thread prefetch_thread_;
 };
 
 }  // namespace nanovm::snapshot

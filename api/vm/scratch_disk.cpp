@@ -9,12 +9,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -54,14 +56,40 @@ std::string last_line(const std::string& path) {
 }
 
 // copy_file_range of [offset, end) from `in` to the same offsets of `out`.
+// Copies [offset, end) of `in` to the same offsets of `out`: copy_file_range (in the
+// kernel; a reflink or server-side copy where the file system has one), or, where it
+// cannot cross file systems (EXDEV: Linux 5.19+ refuses copies between different
+// file system types; EOPNOTSUPP, EINVAL), read + write through a 1 MiB buffer.
 void copy_range(int in, int out, off_t offset, off_t end, const std::string& from) {
+    bool in_kernel = true;
+    std::vector<char> buffer;
     while (offset < end) {
-        loff_t in_off = offset, out_off = offset;
-        const ssize_t n = ::copy_file_range(in, &in_off, out, &out_off, static_cast<size_t>(end - offset), 0);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) throw_errno("copy_file_range " + from);
-        if (n == 0) throw SysError("copy_file_range " + from + " (file shrank)", EIO);
-        offset += n;
+        if (in_kernel) {
+            loff_t in_off = offset, out_off = offset;
+            const ssize_t n = ::copy_file_range(in, &in_off, out, &out_off, static_cast<size_t>(end - offset), 0);
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0 && (errno == EXDEV || errno == EOPNOTSUPP || errno == EINVAL || errno == ENOSYS)) {
+                in_kernel = false;
+                buffer.resize(1 << 20);
+                continue;
+            }
+            if (n < 0) throw_errno("copy_file_range " + from);
+            if (n == 0) throw SysError("copy_file_range " + from + " (file shrank)", EIO);
+            offset += n;
+            continue;
+        }
+        const size_t want = static_cast<size_t>(std::min<off_t>(end - offset, static_cast<off_t>(buffer.size())));
+        const ssize_t got = ::pread(in, buffer.data(), want, offset);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) throw_errno("read " + from);
+        if (got == 0) throw SysError("read " + from + " (file shrank)", EIO);
+        for (ssize_t done = 0; done < got;) {
+            const ssize_t put = ::pwrite(out, buffer.data() + done, static_cast<size_t>(got - done), offset + done);
+            if (put < 0 && errno == EINTR) continue;
+            if (put <= 0) throw_errno("write (copy of " + from + ")");
+            done += put;
+        }
+        offset += got;
     }
 }
 

@@ -27,8 +27,9 @@ inline constexpr const char* kScratchTemplateName = "scratch-ext4-16g-v1.img";
 void make_ext4_image(const std::string& path, uint64_t bytes);
 
 /// Copies `from` to a new file `to` (replaced if present) keeping holes: the data
-/// extents (SEEK_DATA/SEEK_HOLE) are copied with copy_file_range, then the size is
-/// set. A reflink (FICLONE) when the file system offers one. Throws SysError naming
+/// extents (SEEK_DATA/SEEK_HOLE) are copied with copy_file_range (read + write when
+/// it cannot cross the two file systems), then the size is set. A reflink (FICLONE)
+/// when the file system offers one. Throws SysError naming
 /// the call and path.
 void copy_sparse(const std::string& from, const std::string& to);
 

@@ -107,15 +107,7 @@ void MmioTransport::load_state(const MmioTransportState& state, const std::vecto
     if (state.status & status::kDeviceNeedsReset) {
         fail_reported_ = true;  // it stays failed until the driver resets it
     } else if (state.status & status::kDriverOk) {
-        active_ = std::make_unique<ActiveDevice>(ActiveDevice{memory_, queues_, driver_features_, *this, loop_});
-        try {
-            loop_.run_sync([this] {
-                device_.activate(*active_);
-                live_ = !failed();
-            });
-        } catch (const std::exception& e) {
-            fail(fmt::format("activation after restore failed: {}", e.what()));
-        }
+        activate_locked("activation after restore failed");
     }
     if (interrupt_status_.load() != 0) {
         const uint64_t one = 1;
@@ -283,18 +275,20 @@ void MmioTransport::write_status(uint32_t value) {
         return;
     }
     status_.fetch_or(added);
-    if ((added & status::kDriverOk) && !failed()) {
-        active_ = std::make_unique<ActiveDevice>(ActiveDevice{memory_, queues_, driver_features_, *this, loop_});
-        try {
-            // live_ turns true on the loop thread right after activate(): a kick still
-            // pending from before DRIVER_OK must not reach the device ahead of activate().
-            loop_.run_sync([this] {
-                device_.activate(*active_);
-                live_ = !failed();
-            });
-        } catch (const std::exception& e) {
-            fail(fmt::format("activation failed: {}", e.what()));
-        }
+    if ((added & status::kDriverOk) && !failed()) activate_locked("activation failed");
+}
+
+void MmioTransport::activate_locked(const char* what_failed) {
+    active_ = std::make_unique<ActiveDevice>(ActiveDevice{memory_, queues_, driver_features_, *this, loop_});
+    try {
+        // live_ turns true on the loop thread right after activate(): a kick still
+        // pending from before DRIVER_OK must not reach the device ahead of activate().
+        loop_.run_sync([this] {
+            device_.activate(*active_);
+            live_ = !failed();
+        });
+    } catch (const std::exception& e) {
+        fail(fmt::format("{}: {}", what_failed, e.what()));
     }
 }
 

@@ -90,6 +90,9 @@ private:
     void write_register(uint32_t offset, uint32_t value);
     void write_status(uint32_t value);
     void reset_locked();
+    /// Hands the device its ActiveDevice and calls activate() on the loop thread
+    /// (mutex_ held); a failure fails the device with "<what_failed>: <why>".
+    void activate_locked(const char* what_failed);
     void on_notify(uint16_t queue);
     void raise(uint32_t bits);
     Virtqueue* selected_queue();

@@ -216,15 +216,17 @@ else
   not_ok "a killed VMM's state dir is removed and reported by vm list (id '$id2')"; show start2.err list2.out list2.err
 fi
 
-# V8. The README's `nanovm vm` example block runs as written (build/nanovm -> $nanovm).
+# V8. The README's `nanovm vm` example blocks (start ... stop: the vm commands, then
+# snapshot/restore/fork) run as written (build/nanovm -> $nanovm).
 readme=$(dirname "$0")/../../README.md
 sed -n '/^    id=$(build\/nanovm vm start/,/^    build\/nanovm vm stop/p' "$readme" | sed 's/^    //' |
   sed "s|build/nanovm|$nanovm|g" >"$ag/readme-vm.sh"
 timeout 600 bash -e "$ag/readme-vm.sh" >"$ag/readme-vm.out" 2>"$ag/readme-vm.err" </dev/null
 readme_status=$?
-if [ "$readme_status" = 0 ] && [ "$(wc -l <"$ag/readme-vm.sh")" -ge 10 ] && grep -qx /tmp "$ag/readme-vm.out" &&
+if [ "$readme_status" = 0 ] && [ "$(wc -l <"$ag/readme-vm.sh")" -ge 18 ] && grep -qx /tmp "$ag/readme-vm.out" &&
+   grep -qx saved "$ag/readme-vm.out" &&
    [ "$(cat /tmp/back.txt 2>/dev/null)" = hello ] && [ "$(vms_left)" = 0 ]; then
-  ok "the README's vm example block runs as written ($(wc -l <"$ag/readme-vm.sh") lines)"
+  ok "the README's vm example blocks (incl. snapshot, restore, fork) run as written ($(wc -l <"$ag/readme-vm.sh") lines)"
 else
-  not_ok "the README's vm example block runs as written (exit $readme_status)"; show readme-vm.sh readme-vm.out readme-vm.err
+  not_ok "the README's vm example blocks run as written (exit $readme_status)"; show readme-vm.sh readme-vm.out readme-vm.err
 fi

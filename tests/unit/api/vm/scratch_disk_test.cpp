@@ -2,6 +2,8 @@
 // (api/vm/scratch_disk.hpp). Needs mkfs.ext4 (e2fsprogs, tools/setup installs it).
 #include <catch2/catch.hpp>
 
+#include <fmt/format.h>
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -85,6 +87,25 @@ TEST_CASE("copy_sparse copies the data and keeps the holes", "[api][vm][disk]") 
     CHECK(read_at(to, (off_t{4} << 30) - 4, 4) == "end!");
     CHECK(read_at(to, off_t{2} << 30, 4) == std::string(4, '\0'));
     CHECK_THROWS_AS(copy_sparse(dir.file("missing"), to), SysError);
+}
+
+TEST_CASE("copy_sparse across file systems (ext4 -> tmpfs: copy_file_range says EXDEV) still copies", "[api][vm][disk]") {
+    test::TempDir dir("sparse-xfs");
+    const std::string from = dir.file("from.img");
+    const std::string to = fmt::format("/dev/shm/nanovm-copy-test-{}.img", ::getpid());
+    {
+        Fd fd(::open(from.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+        REQUIRE(fd);
+        REQUIRE(::ftruncate(fd.get(), off_t{64} << 20) == 0);
+        write_at(fd.get(), 4096, std::string(3 << 20, 'x'));  // more than one 1 MiB buffer
+        write_at(fd.get(), (off_t{64} << 20) - 4, "end!");
+    }
+    copy_sparse(from, to);
+    CHECK(file_size(to).apparent == uint64_t{64} << 20);
+    CHECK(read_at(to, 4096, 3 << 20) == std::string(3 << 20, 'x'));
+    CHECK(read_at(to, (off_t{64} << 20) - 4, 4) == "end!");
+    CHECK(read_at(to, off_t{32} << 20, 4) == std::string(4, '\0'));
+    ::unlink(to.c_str());
 }
 
 TEST_CASE("the scratch template is made once, where it can be, then reused", "[api][vm][disk]") {
