@@ -80,8 +80,9 @@ svm stop "$third" >/dev/null 2>&1
 svm stop "$restored" >/dev/null 2>&1
 
 # S5. fork -n 4: four children, each with the parent's file, different random bytes,
-# private writes.
-svm fork "$parent" -n 4 >"$sn/fork.out" 2>"$sn/fork.err"; fork_status=$?
+# private writes. Children keep their state directory if they end (for the
+# diagnostics on failure; the final `vm list` removes them).
+NANOVM_KEEP_STATE=1 svm fork "$parent" -n 4 >"$sn/fork.out" 2>"$sn/fork.err"; fork_status=$?
 mapfile -t kids <"$sn/fork.out"
 : >"$sn/random.txt"; kid_files=""
 for k in "${kids[@]}"; do
@@ -101,6 +102,15 @@ if [ "$fork_status" = 0 ] && [ "${#kids[@]}" = 4 ] && [ "$distinct" = 8 ] &&
 else
   not_ok "vm fork -n 4 (exit $fork_status, ${#kids[@]} ids, $distinct distinct of 8, files '$kid_files', own $own_ok, parent '$parent_mine')"
   sshow fork.out fork.err random.txt exec.err
+  # A child that ended: its VMM's log and console (kept: NANOVM_KEEP_STATE=1 below),
+  # and what the test host's kernel said (OOM, segfaults).
+  for k in "${kids[@]}"; do
+    d=$NANOVM_RUN_DIR/vms/$k
+    if [ -f "$d/vmm.log" ] && ! svm status "$k" >/dev/null 2>&1; then
+      echo "# child $k is gone: vmm.log:"; diag "$d/vmm.log" 10; echo "# its console:"; diag "$d/console.log" 25
+    fi
+  done
+  dmesg | grep -iE 'oom|killed process|segfault|general protection' | tail -n 5 | sed 's/^/# dmesg: /'
 fi
 
 # S6. Fork of a forked child.
