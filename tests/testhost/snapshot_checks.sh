@@ -2,7 +2,10 @@
 # Snapshot, restore and fork of a Linux guest with its agent (issue 5), run INSIDE the
 # test host by checks.sh (same test-host boot). Prints TAP lines numbered from $n.
 # Usage (sourced): . snapshot_checks.sh   with $nanovm $work $default_root set.
-# Guests are small (256 MiB) on purpose: the test host is emulated.
+# Guests are small (256 MiB, 1 vCPU) on purpose: the test host is emulated with 2
+# CPUs, and the fork check runs 5 VMs at once; with 2 vCPUs each (10 nested vCPUs)
+# the guests were starved past the agent's connect timeout in 1 of 8 runs under load.
+# Multi-vCPU snapshots are covered by the probe suite ([snapshot], 2 vCPUs).
 
 sn=$work/snapshot
 rm -rf "$sn"; mkdir -p "$sn"
@@ -14,7 +17,7 @@ sshow() { local f; for f in "$@"; do [ -s "$sn/$f" ] && { echo "# $f:"; diag "$s
 guest() { svm exec "$1" -- sh -c "$2" 2>>"$sn/exec.err"; }
 
 # S1. A running VM with a file and a background counter is snapshotted; it runs on.
-parent=$(svm start --image "$simg" --memory 256 --cpus 2 2>"$sn/start.err")
+parent=$(svm start --image "$simg" --memory 256 --cpus 1 2>"$sn/start.err")
 guest "$parent" 'echo before-snapshot > /root/kept.txt; sync' >/dev/null
 guest "$parent" 'setsid sh -c "i=0; while :; do i=\$((i+1)); echo \$i > /tmp/count; sleep 0.2; done" </dev/null >/dev/null 2>&1 &' >/dev/null
 # A command streaming its output over vsock while the snapshot is taken.
@@ -142,7 +145,7 @@ EOF
 done
 
 # S8. SIGKILL of the VMM in the middle of a snapshot leaves nothing durable-looking.
-stall=$(NANOVM_TEST_SNAPSHOT_STALL=layer timeout 300 "$nanovm" vm start --image "$simg" --memory 256 2>"$sn/stall-start.err" </dev/null)
+stall=$(NANOVM_TEST_SNAPSHOT_STALL=layer timeout 300 "$nanovm" vm start --image "$simg" --memory 256 --cpus 1 2>"$sn/stall-start.err" </dev/null)
 svm snapshot "$stall" "$sn/stalled" >"$sn/stall.json" 2>"$sn/stall.err"
 for _ in $(seq 100); do grep -q "test stall at layer" "$NANOVM_RUN_DIR/vms/$stall/vmm.log" 2>/dev/null && break; sleep 0.2; done
 pkill -KILL -f -- "_vmm --id $stall" ; sleep 1
