@@ -216,15 +216,14 @@ LinuxVm::LinuxVm(const std::string& dir, snapshot::MemoryBackend backend,
     Kvm kvm = open_kvm();
     snapshot::RestoredMachine restored = snapshot::restore_snapshot(kvm, dir, backend);
     // The disk layers carry no checksums of their own: check them against the
-    // manifest here (only their data extents are read; holes count as zeros).
-    for (const snapshot::ManifestPart& part : snapshot::read_manifest(dir).parts) {
-        if (part.name == snapshot::kStateFileName || part.name == snapshot::kLayerFileName) continue;
-        const snapshot::ManifestPart seen = snapshot::describe_part(dir, part.name);
-        if (seen.bytes != part.bytes || seen.crc32c != part.crc32c)
-            throw snapshot::SnapshotError(fmt::format(
-                "{}/{}: part checksum mismatch ({} bytes, crc32c {:08x}; the manifest says {} bytes, {:08x}): corrupt "
-                "part",
-                dir, part.name, seen.bytes, seen.crc32c, part.bytes, part.crc32c));
+    // manifest, once per snapshot (parts.verified; write_manifest fills it).
+    {
+        std::vector<std::string> disk_parts;
+        const snapshot::Manifest manifest = snapshot::read_manifest(dir);
+        for (const snapshot::ManifestPart& part : manifest.parts)
+            if (part.name != snapshot::kStateFileName && part.name != snapshot::kLayerFileName)
+                disk_parts.push_back(part.name);
+        snapshot::check_parts_cached(dir, manifest, disk_parts);
     }
     if (restored.devices.empty())
         throw snapshot::SnapshotError(fmt::format("{}: vm.state has no device state (not a Linux VM snapshot)", dir));

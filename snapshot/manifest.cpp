@@ -9,6 +9,9 @@
 #include <cerrno>
 #include <charconv>
 #include <filesystem>
+#include <cstdlib>
+#include <fstream>
+#include <map>
 #include <set>
 
 #include <fmt/format.h>
@@ -193,6 +196,59 @@ ManifestPart describe_part(const std::string& dir, const std::string& name) {
     return p;
 }
 
+namespace {
+
+// A part file's identity for parts.verified: what changes when it is rewritten.
+struct PartIdentity {
+    uint64_t inode = 0, bytes = 0;
+    int64_t mtime_ns = 0;
+    bool operator==(const PartIdentity&) const = default;
+};
+
+PartIdentity identity_of(const std::string& path) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) throw_errno("stat " + path);
+    return {static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_size),
+            static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
+}
+
+using VerifiedParts = std::map<std::string, std::pair<PartIdentity, uint32_t>>;
+
+VerifiedParts read_verified(const std::string& dir) {
+    VerifiedParts out;
+    std::ifstream in(join(dir, kVerifiedFileName));
+    std::string name;
+    PartIdentity id;
+    std::string crc;
+    while (in >> name >> id.inode >> id.bytes >> id.mtime_ns >> crc) {
+        if (crc.size() != 8) break;
+        out[name] = {id, static_cast<uint32_t>(std::strtoul(crc.c_str(), nullptr, 16))};
+    }
+    return out;
+}
+
+// Best effort: a cache that cannot be written is checked again next time.
+void write_verified(const std::string& dir, const VerifiedParts& parts) noexcept {
+    std::string text;
+    for (const auto& [name, entry] : parts)
+        text += fmt::format("{} {} {} {} {:08x}\n", name, entry.first.inode, entry.first.bytes, entry.first.mtime_ns,
+                            entry.second);
+    const std::string path = join(dir, kVerifiedFileName);
+    const std::string tmp = fmt::format("{}.{}.tmp", path, ::getpid());  // restores of one snapshot run at once
+    {
+        std::ofstream out(tmp, std::ios::trunc);
+        out << text;
+        if (!out.flush()) {
+            std::error_code ec;
+            std::filesystem::remove(tmp, ec);
+            return;
+        }
+    }
+    if (::rename(tmp.c_str(), path.c_str()) != 0) ::unlink(tmp.c_str());
+}
+
+}  // namespace
+
 Manifest write_manifest(const std::string& dir, const std::vector<std::string>& names) {
     Manifest manifest;
     for (const std::string& name : names) manifest.parts.push_back(describe_part(dir, name));
@@ -207,7 +263,43 @@ Manifest write_manifest(const std::string& dir, const std::vector<std::string>& 
     test_stall_point("manifest-tmp");
     if (::rename(tmp.c_str(), path.c_str()) != 0) throw_errno("rename " + tmp);
     fsync_dir(dir);
+    // Every part was just read to describe it: that is a verification.
+    VerifiedParts verified;
+    for (const ManifestPart& part : manifest.parts) {
+        try {
+            verified[part.name] = {identity_of(join(dir, part.name)), part.crc32c};
+        } catch (const std::exception&) {
+        }
+    }
+    write_verified(dir, verified);
     return manifest;
+}
+
+void check_parts_cached(const std::string& dir, const Manifest& manifest, const std::vector<std::string>& names) {
+    VerifiedParts verified = read_verified(dir);
+    bool changed = false;
+    for (const std::string& name : names) {
+        const ManifestPart* want = manifest.find(name);
+        if (!want) throw SnapshotError(fmt::format("{}/{}: {} is not listed", dir, kManifestFileName, name));
+        const std::string path = join(dir, name);
+        if (!std::filesystem::exists(path))
+            throw SnapshotError(fmt::format("{}: part listed in the manifest is missing", path));
+        const PartIdentity id = identity_of(path);
+        if (auto it = verified.find(name);
+            it != verified.end() && it->second.first == id && it->second.second == want->crc32c)
+            continue;
+        if (id.bytes != want->bytes)
+            throw SnapshotError(fmt::format("{}: part has {} bytes, the manifest says {} (truncated or rewritten)", path,
+                                            id.bytes, want->bytes));
+        const ManifestPart got = describe_part(dir, name);
+        if (got.crc32c != want->crc32c)
+            throw SnapshotError(fmt::format("{}: part checksum mismatch (crc32c {:08x}, the manifest says {:08x}): "
+                                            "corrupt part",
+                                            path, got.crc32c, want->crc32c));
+        verified[name] = {id, want->crc32c};
+        changed = true;
+    }
+    if (changed) write_verified(dir, verified);
 }
 
 void remove_manifest(const std::string& dir) {

@@ -76,6 +76,21 @@ enum class PartCheck {
 /// SnapshotError naming the part: "<dir>/<name>: part checksum mismatch ...".
 void check_parts(const std::string& dir, const Manifest& manifest, PartCheck check);
 
+/// The cache of parts found good: `dir`/parts.verified (not a part). One line per
+/// part, "<name> <inode> <bytes> <mtime ns> <crc32c hex>": the file had those
+/// inode, size and mtime when its CRC-32C was last computed and equalled the
+/// manifest's (by write_manifest, which reads every part anyway, or by
+/// check_parts_cached). Anything unreadable in it only means "check again".
+inline constexpr const char* kVerifiedFileName = "parts.verified";
+
+/// check_parts(PartCheck::full) for the parts `names` of `manifest` (all listed
+/// there, else SnapshotError), except that a part whose file still has the inode,
+/// size and mtime recorded in parts.verified with the manifest's CRC is not read
+/// again: a restore (or N fork children) reads each part of a snapshot once, not
+/// once each. Records what it verified. Throws SnapshotError naming a missing,
+/// resized or corrupt part, SysError.
+void check_parts_cached(const std::string& dir, const Manifest& manifest, const std::vector<std::string>& names);
+
 /// True if `dir` holds a valid manifest (does not read the parts).
 bool is_durable(const std::string& dir);
 

@@ -119,8 +119,16 @@ SnapshotStats write_diff_snapshot(const Kvm& kvm, Machine& machine, const std::s
 }
 
 std::string ensure_flat_memory(const std::string& dir) {
+    const std::string layer = snapshot_part(dir, kLayerFileName);
+    const LayerChain chain = LayerChain::open(layer);
+    if (chain.layers().size() == 1) {
+        // A base layer keeps page p at data_offset + p * 4 KiB and zero pages as
+        // holes: it is already the flat image. Its pages are checked once (the
+        // whole part against the manifest, cached) instead of copied.
+        check_parts_cached(dir, read_manifest(dir), {kLayerFileName});
+        return layer;
+    }
     const std::string flat = snapshot_part(dir, kFlatFileName);
-    const LayerChain chain = LayerChain::open(snapshot_part(dir, kLayerFileName));
     if (std::filesystem::exists(flat)) {
         try {
             const LayerFile f = LayerFile::open(flat);
@@ -167,7 +175,7 @@ RestoredMachine restore_snapshot(const Kvm& kvm, const std::string& dir, MemoryB
     GuestMemory memory;
     auto target = std::make_shared<StopTarget>();
     if (backend == MemoryBackend::file) {
-        const std::string flat = ensure_flat_memory(dir);
+        const std::string flat = ensure_flat_memory(dir);  // memory.layer itself for a full snapshot
         const Fd fd(::open(flat.c_str(), O_RDONLY | O_CLOEXEC));
         if (!fd) throw_errno("open " + flat);
         const LayerFile header = LayerFile::open(flat);

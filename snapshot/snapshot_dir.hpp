@@ -1,7 +1,8 @@
 // A snapshot directory: `manifest` (snapshot/manifest.hpp, written last),
 // `vm.state` (snapshot/vm_state.hpp) and `memory.layer` (snapshot/memory_layer.hpp),
-// plus `memory.flat` once the "file" restore backend has flattened the layer chain
-// (a cache, not a part). Device states and disk layers come later (issue 5).
+// plus caches that are not parts: `memory.flat` once the "file" restore backend has
+// flattened a diff snapshot's layer chain (a full snapshot's layer is mapped as it
+// is), `parts.verified`, `prefetch.pages`. Device states and disk layers come later (issue 5).
 // Taking one needs a paused Machine; the memory copy may run on after the VM
 // resumes (start_*_snapshot). Restoring one makes a fresh Machine in this process
 // that has not run yet; a directory without a valid manifest is refused.
@@ -67,7 +68,7 @@ SnapshotStats write_diff_snapshot(const Kvm& kvm, Machine& machine, const std::s
 
 /// How a restore backs guest RAM.
 enum class MemoryBackend {
-    file,  ///< MAP_PRIVATE of dir/memory.flat (built from the chain when missing or stale)
+    file,  ///< MAP_PRIVATE of the full snapshot's memory.layer, or of dir/memory.flat for a diff chain
     uffd,  ///< memfds filled on demand by a UffdServer, prefetching what the last uffd restore touched first
 };
 
@@ -91,8 +92,12 @@ struct RestoredMachine {
 /// Throws SnapshotError naming the corrupt or inconsistent part, SysError.
 RestoredMachine restore_snapshot(const Kvm& kvm, const std::string& dir, MemoryBackend backend);
 
-/// Makes sure dir/memory.flat is the flattened chain of dir/memory.layer (rebuilt
-/// unless its header names the current top layer's checksum); returns its path.
+/// The file to map for the "file" backend (RAM at kLayerDataOffset, page p at
+/// + p * 4 KiB): memory.layer itself when it is a base layer (a full snapshot),
+/// after checking it whole against the manifest once (check_parts_cached); else
+/// dir/memory.flat, rebuilt from the chain unless its header names the current top
+/// layer's checksum (every page's CRC is checked on the way). Returns its path.
+/// Throws SnapshotError naming a corrupt part or page.
 std::string ensure_flat_memory(const std::string& dir);
 
 }  // namespace nanovm::snapshot

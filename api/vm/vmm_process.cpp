@@ -297,7 +297,7 @@ private:
             throw ControlCommandError("\"dir\" must be an absolute path");
         const std::string dir = it->get<std::string>();
         const bool leave_paused = flag(body, "leave_paused");
-        const bool flatten = flag(body, "flatten");  // also build memory.flat (for the file restore backend)
+        const bool flatten = flag(body, "flatten");  // also prepare the file backend's memory file
         const bool wait_durable = flag(body, "wait_durable") || flatten;
         std::error_code ec;
         if (std::filesystem::exists(dir, ec) && !std::filesystem::is_empty(dir, ec))
@@ -429,7 +429,9 @@ BootOptions boot_options(const VmmOptions& options, const VmPaths& paths) {
     boot.root_disk = true;
     boot.disks.push_back(DiskOption{options.image, true, "nanovm-root"});
     DiskOption upper{paths.disk(), false, "nanovm-upper"};
-    upper.block_size = kLayeredBlockSize;  // so that it can be frozen into layers (snapshots)
+    // One layer block: the guest never issues smaller or less aligned I/O, so the
+    // disk can be frozen into copy-on-write layers (snapshots).
+    upper.block_size = static_cast<uint32_t>(virtio::blk::kLayerBlockSize);
     boot.disks.push_back(upper);
     for (const std::string& spec : options.disks) boot.disks.push_back(parse_disk_option(spec));
     boot.vsock = VsockOption{paths.vsock_socket(), 3};

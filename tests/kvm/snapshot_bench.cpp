@@ -338,7 +338,8 @@ int run(int argc, char** argv) {
         dpending.reset();
         f.add("diff_pages", static_cast<double>(dstats.present_pages));
 
-        // the flat file for the file backend (made once per snapshot, a cache)
+        // the file backend's memory file: a full snapshot's layer is mapped as it is,
+        // after one check against the manifest (write_manifest already did it: cached)
         t = Clock::now();
         snapshot::ensure_flat_memory(full);
         f.add("flatten", ms_since(t));

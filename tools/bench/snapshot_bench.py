@@ -415,7 +415,7 @@ def main():
         "after the resume (durable = + copy, fsync, manifest). QEMU snapshot = stop + the whole "
         "migration stream into the file, so it compares with nanovm's durable as much as with its snapshot",
         "restore: nanovm from exec of snapshot_child until both vCPUs' counters moved (the file "
-        "backend maps memory.flat MAP_PRIVATE, made beforehand: 'flatten'); QEMU from process start "
+        "backend maps the full snapshot's memory.layer MAP_PRIVATE as it is; 'flatten' is its one-time check); QEMU from process start "
         "until its incoming migration completed (paused), restore_cont until `cont` returned",
         "fork n = pause, diff snapshot over the previous one, resume (fork*_resumed), until durable "
         "(fork*_durable), flatten the whole chain into a new memory.flat (fork*_flat; these three "

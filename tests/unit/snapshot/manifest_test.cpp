@@ -6,6 +6,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -123,4 +125,36 @@ TEST_CASE("a part that does not match the manifest is refused naming the part", 
     std::filesystem::remove(dir.file("memory.layer"));
     CHECK_THROWS_WITH(check_parts(dir.path(), m, PartCheck::sizes),
                       Catch::StartsWith(dir.file("memory.layer") + ": part listed in the manifest is missing"));
+}
+
+TEST_CASE("check_parts_cached reads a part once: again only when its file changed", "[snapshot][manifest]") {
+    test::TempDir dir("verified");
+    write_text(dir.file("disk.layer"), std::string(8192, 'd'));
+    write_text(dir.file("vm.state"), "state");
+    const Manifest m = write_manifest(dir.path(), {"vm.state", "disk.layer"});
+    CHECK(std::filesystem::exists(dir.file(kVerifiedFileName)));  // write_manifest read them all
+
+    // Corrupt a byte but give the file back its mtime: the cache vouches for it, so it
+    // is not read (the point of the cache: N restores of one snapshot read it once).
+    const auto mtime = std::filesystem::last_write_time(dir.file("disk.layer"));
+    {
+        std::fstream f(dir.file("disk.layer"), std::ios::in | std::ios::out | std::ios::binary);
+        f.seekp(100);
+        f.put('X');
+    }
+    std::filesystem::last_write_time(dir.file("disk.layer"), mtime);
+    CHECK_NOTHROW(check_parts_cached(dir.path(), m, {"disk.layer"}));
+
+    // A rewrite that moves the mtime is read again and refused, naming the part.
+    std::filesystem::last_write_time(dir.file("disk.layer"), mtime + std::chrono::seconds(1));
+    CHECK_THROWS_WITH(check_parts_cached(dir.path(), m, {"disk.layer"}),
+                      Catch::Contains("disk.layer: part checksum mismatch"));
+    // Without a cache every part is read; a part the manifest does not list is refused.
+    std::filesystem::remove(dir.file(kVerifiedFileName));
+    CHECK_THROWS_WITH(check_parts_cached(dir.path(), m, {"disk.layer"}), Catch::Contains("corrupt part"));
+    CHECK_NOTHROW(check_parts_cached(dir.path(), m, {"vm.state"}));
+    CHECK_THROWS_WITH(check_parts_cached(dir.path(), m, {"other"}), Catch::Contains("other is not listed"));
+    // A damaged cache file is only a reason to read again.
+    write_text(dir.file(kVerifiedFileName), "vm.state garbage\n\x01\x02");
+    CHECK_NOTHROW(check_parts_cached(dir.path(), m, {"vm.state"}));
 }
