@@ -22,10 +22,6 @@ struct DiskOption {
     bool layer_file = false;
 };
 
-/// The block size of disks that may be frozen into copy-on-write layers (snapshots):
-/// the guest then never issues I/O smaller or less aligned than one layer block.
-inline constexpr uint32_t kLayeredBlockSize = 4096;
-
 /// `--net TAP[,mac=XX:XX:XX:XX:XX:XX]`: virtio-net on the tap device named TAP.
 struct NetOption {
     std::string tap;

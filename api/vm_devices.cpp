@@ -94,10 +94,6 @@ VmDevices::VmDevices(const BootOptions& options, Machine& machine, MmioBus& mmio
             virtio::vsock::VsockOptions vsock_options;
             vsock_options.guest_cid = options.vsock->cid;
             vsock_options.uds_path = options.vsock->path;
-            // A busy guest (several VMs on few CPUs, or emulation) can take more than
-            // the default 5 s to answer a REQUEST; a port without a listener is still
-            // refused at once (the guest answers RST).
-            vsock_options.connect_timeout = std::chrono::seconds(30);
             auto vsock = std::make_unique<virtio::vsock::VsockDevice>(loop_, std::move(vsock_options));
             vsock_ = vsock.get();
             devices_.add(std::move(vsock));

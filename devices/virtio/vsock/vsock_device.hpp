@@ -42,8 +42,10 @@ struct VsockOptions {
     /// Receive buffer each stream advertises (buf_alloc): the most guest bytes the
     /// VMM holds per stream while the host socket is slow. Bytes, >= 4096.
     uint32_t stream_buf_alloc = 256 * 1024;
-    /// A host-initiated REQUEST the guest has not answered by then is reset.
-    std::chrono::milliseconds connect_timeout{5000};
+    /// A host-initiated REQUEST the guest has not answered by then is reset. Long:
+    /// a port without a listener is refused at once anyway (the guest answers RST),
+    /// and a busy guest (several VMs on few CPUs, or emulation) can take over 5 s.
+    std::chrono::milliseconds connect_timeout{30000};
     /// After we SHUTDOWN both directions, the guest has this long to answer RST (§5.10.6.6).
     std::chrono::milliseconds shutdown_timeout{2000};
 };
