@@ -478,9 +478,12 @@ BootOptions restored_boot_options(const json& saved, const std::string& dir, con
             const std::string kind = frozen[i].at("frozen_kind").get<std::string>();
             if (kind != "raw" && kind != "layer")
                 throw Error(fmt::format("{}/vm.state: disk {}: frozen_kind {} is neither raw nor layer", dir, i, kind));
-            if (name.empty() || name == "." || name == "..")
+            // A file of the snapshot directory by its plain name, or an absolute path
+            // (a layer of an earlier snapshot); nothing relative to our working directory.
+            const bool plain = name.find('/') == std::string::npos;
+            if (name.empty() || name == "." || name == ".." || (!plain && name.front() != '/'))
                 throw Error(fmt::format("{}/vm.state: disk {}: bad layer name \"{}\"", dir, i, name));
-            const std::string parent = name.find('/') == std::string::npos ? dir + "/" + name : name;
+            const std::string parent = plain ? dir + "/" + name : name;
             d.path = fmt::format("{}/{}-disk{}-0.layer", paths.dir, options.id, i);
             d.read_only = false;
             d.layer_file = true;
