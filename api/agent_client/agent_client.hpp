@@ -137,9 +137,11 @@ class AgentClient {
 public:
     /// Connects, does the HELLO exchange, within `timeout`. Throws std::system_error
     /// (connect), std::runtime_error (vsock handshake refused), ConnectionError (HELLO
-    /// refused: version mismatch).
+    /// refused: version mismatch). The default is the VMM's own vsock REQUEST timeout
+    /// (VsockOptions::connect_timeout, 30 s): a busy guest that answers late is still
+    /// reached; a guest that never answers gets the VMM's RST first.
     static AgentClient connect(const Endpoint& endpoint,
-                               std::chrono::milliseconds timeout = std::chrono::seconds(10));
+                               std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
     AgentClient(AgentClient&&) noexcept;
     AgentClient& operator=(AgentClient&&) noexcept;

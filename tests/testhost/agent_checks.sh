@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `nanovm run` and the `nanovm vm` commands end to end with a real guest and its
-# agent, run INSIDE the test host by checks.sh (same test-host boot). Prints TAP
+# agent, run INSIDE the test host by checks.sh (section "agent"). Prints TAP
 # lines numbered from $n (checks.sh's helpers).
 # Usage (sourced): . agent_checks.sh   with $nanovm $work $default_root set.
 # Data sizes are small on purpose (emulation): 1 MiB of output, a 16 MiB file; the
@@ -219,11 +219,12 @@ fi
 # V8. The README's `nanovm vm` example blocks (start ... stop: the vm commands, then
 # snapshot/restore/fork) run as written (build/nanovm -> $nanovm).
 readme=$(dirname "$0")/../../README.md
-sed -n '/^    id=$(build\/nanovm vm start/,/^    build\/nanovm vm stop/p' "$readme" | sed 's/^    //' |
+sed -n '/^    id=$(build\/nanovm vm start/,/^$/p' "$readme" | grep -v '^$' | sed 's/^    //' |
   sed "s|build/nanovm|$nanovm|g" >"$ag/readme-vm.sh"
 timeout 600 bash -e "$ag/readme-vm.sh" >"$ag/readme-vm.out" 2>"$ag/readme-vm.err" </dev/null
 readme_status=$?
-if [ "$readme_status" = 0 ] && [ "$(wc -l <"$ag/readme-vm.sh")" -ge 18 ] && grep -qx /tmp "$ag/readme-vm.out" &&
+if [ "$readme_status" = 0 ] && [ "$(wc -l <"$ag/readme-vm.sh")" -ge 19 ] && grep -qx /tmp "$ag/readme-vm.out" &&
+   ! ls -d /tmp/snap-* >/dev/null 2>&1 &&
    grep -qx saved "$ag/readme-vm.out" &&
    [ "$(cat /tmp/back.txt 2>/dev/null)" = hello ] && [ "$(vms_left)" = 0 ]; then
   ok "the README's vm example blocks (incl. snapshot, restore, fork) run as written ($(wc -l <"$ag/readme-vm.sh") lines)"

@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
 # Linux-guest checks, run INSIDE the test host (real kvm_amd) by linux_guest_suite.
-# Prints TAP (one line per behaviour).
-# Usage: checks.sh NANOVM KVM_TESTS KERNEL_DIR DEFAULT_ROOT_DISK TINY_ROOT_DISK
+# Prints TAP (one line per behaviour) for one SECTION, each in its own test-host boot:
+#   base      the probe-guest suite, boots across shapes, exit statuses, the console
+#   devices   virtio-blk/rng/vsock/net with a Linux guest (device_checks.sh)
+#   agent     nanovm run and the vm commands with the guest agent (agent_checks.sh)
+#   snapshot  snapshot, restore and fork of a Linux guest (snapshot_checks.sh)
+# Usage: checks.sh SECTION NANOVM KVM_TESTS KERNEL_DIR DEFAULT_ROOT_DISK TINY_ROOT_DISK
 set -uo pipefail
-nanovm=$1 kvm_tests=$2 kernel_dir=$3 default_root=${4:-} tiny_root=${5:-}
+section=$1 nanovm=$2 kvm_tests=$3 kernel_dir=$4 default_root=${5:-} tiny_root=${6:-}
+case $section in
+  base|devices|agent|snapshot) ;;
+  *) echo "Bail out! unknown section '$section' (base, devices, agent or snapshot)"; exit 2 ;;
+esac
 work=${NANOVM_SCRATCH:?checks.sh runs inside tools/testhost/run}/linux-guest-checks
 mkdir -p "$work"
 
@@ -22,6 +30,7 @@ boot_guest() {
   status=$?
 }
 
+if [ "$section" = base ]; then
 # 1. The probe-guest suite on a real (non-PVM) /dev/kvm.
 if "$kvm_tests" >"$work/kvm_tests.log" 2>&1; then
   ok "probe-guest suite (tests/kvm) passes on kvm_amd"
@@ -92,22 +101,30 @@ else
   not_ok "console input reaches the guest shell and its output comes back (exit $status)"; diag "$work/stdin.console"
 fi
 
-# 7. The virtio devices (tests/testhost/device_checks.sh), in the same test-host boot.
-if [ -n "$default_root" ] && [ -n "$tiny_root" ]; then
+fi  # base
+
+# 7. The virtio devices (tests/testhost/device_checks.sh).
+if [ "$section" != devices ]; then
+  :
+elif [ -n "$default_root" ] && [ -n "$tiny_root" ]; then
   . "$(dirname "$0")/device_checks.sh"
 else
   not_ok "virtio device checks: root disks not given (tools/rootfs/build --print-path default|tiny)"
 fi
 
 # 8. nanovm run and the vm commands with the guest agent (tests/testhost/agent_checks.sh).
-if [ -n "$default_root" ]; then
+if [ "$section" != agent ]; then
+  :
+elif [ -n "$default_root" ]; then
   . "$(dirname "$0")/agent_checks.sh"
 else
   not_ok "agent checks: the default root disk was not given (tools/rootfs/build --print-path default)"
 fi
 
 # 9. Snapshot, restore and fork of a Linux guest (tests/testhost/snapshot_checks.sh).
-if [ -n "$default_root" ]; then
+if [ "$section" != snapshot ]; then
+  :
+elif [ -n "$default_root" ]; then
   . "$(dirname "$0")/snapshot_checks.sh"
 else
   not_ok "snapshot checks: the default root disk was not given (tools/rootfs/build --print-path default)"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# virtio device checks with a Linux guest, run INSIDE the test host by checks.sh (same
-# test-host boot). Prints TAP lines numbered from $n (exported by checks.sh helpers).
+# virtio device checks with a Linux guest, run INSIDE the test host by checks.sh (its
+# section "devices", one test-host boot). Prints TAP lines numbered from $n (checks.sh).
 # Usage (sourced): . device_checks.sh   with $nanovm $work $default_root $tiny_root set.
 # Data sizes are small on purpose: the guest runs under emulation (big transfers
 # belong in tools/bench/run blk|vsock).

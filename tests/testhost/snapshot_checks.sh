@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Snapshot, restore and fork of a Linux guest with its agent (issue 5), run INSIDE the
-# test host by checks.sh (same test-host boot). Prints TAP lines numbered from $n.
+# test host by checks.sh (section "snapshot"). Prints TAP lines numbered from $n.
 # Usage (sourced): . snapshot_checks.sh   with $nanovm $work $default_root set.
 # Guests are small (256 MiB, 1 vCPU) on purpose: the test host is emulated with 2
 # CPUs, and the fork check runs 5 VMs at once; with 2 vCPUs each (10 nested vCPUs)
@@ -160,8 +160,13 @@ fi
 # S9. A snapshot into a non-empty directory is refused; the VM is unharmed.
 svm snapshot "$parent" "$sn/snap1" >/dev/null 2>"$sn/nonempty.err"; ne=$?
 alive=$(guest "$parent" 'echo alive')
-check "vm snapshot into a non-empty directory exits 1 with a message; the VM runs on (exit $ne)" \
-  test "$ne" = 1 -a "$alive" = alive -a -s "$sn/nonempty.err"
+if [ "$ne" = 1 ] && [ "$alive" = alive ] && [ -s "$sn/nonempty.err" ]; then
+  ok "vm snapshot into a non-empty directory exits 1 with a message; the VM runs on ($(head -c 160 "$sn/nonempty.err"))"
+else
+  not_ok "vm snapshot into a non-empty directory exits 1 with a message; the VM runs on (exit $ne, parent '$alive')"
+  sshow nonempty.err exec.err
+  echo "# the parent's vmm.log:"; diag "$NANOVM_RUN_DIR/vms/$parent/vmm.log" 15
+fi
 
 svm stop "$parent" >/dev/null 2>&1
 svm list >/dev/null 2>&1  # removes dead VMs' dirs and unused fork bases
