@@ -125,7 +125,16 @@ std::string ensure_flat_memory(const std::string& dir) {
         // A base layer keeps page p at data_offset + p * 4 KiB and zero pages as
         // holes: it is already the flat image. Its pages are checked once (the
         // whole part against the manifest, cached) instead of copied.
-        check_parts_cached(dir, read_manifest(dir), {kLayerFileName});
+        try {
+            check_parts_cached(dir, read_manifest(dir), {kLayerFileName});
+        } catch (const SnapshotError&) {
+            // Name the damaged page if it is page data (each page has its own CRC);
+            // anything else (bitmap, tables: already checked by open) keeps the part's error.
+            const LayerFile& base = chain.layers().front();
+            for (uint64_t p = 0; p < base.header().total_pages; ++p)
+                if (base.has(p)) (void)base.page_verified(p);
+            throw;
+        }
         return layer;
     }
     const std::string flat = snapshot_part(dir, kFlatFileName);

@@ -108,6 +108,18 @@ void MmioTransport::load_state(const MmioTransportState& state, const std::vecto
         fail_reported_ = true;  // it stays failed until the driver resets it
     } else if (state.status & status::kDriverOk) {
         activate_locked("activation after restore failed");
+        // A kick the driver made just before the snapshot may have been left unread in
+        // the old VMM's ioeventfd. With VIRTIO_F_EVENT_IDX the driver does not kick again
+        // for buffers past the avail_event it already crossed (virtio 1.2 §2.7.10), so
+        // that queue would wait forever: replay one kick per ready queue. A device that
+        // finds nothing new in its ring does nothing (§2.7.13: notifications are hints).
+        if (live_) {
+            const uint64_t one = 1;
+            for (size_t i = 0; i < queues_.size(); ++i) {
+                if (!queues_[i].state().ready) continue;
+                [[maybe_unused]] const ssize_t n = ::write(notify_fds_[i].get(), &one, sizeof(one));
+            }
+        }
     }
     if (interrupt_status_.load() != 0) {
         const uint64_t one = 1;

@@ -356,12 +356,14 @@ TEST_CASE("a corrupt vm.state or memory layer is refused on restore with a messa
     }
 
     // A flipped byte in the code page (GPA 0x1000 = page 1) of the memory layer:
-    // the file backend refuses while flattening; the uffd backend when the guest
-    // first fetches that page, stopping the machine with the message.
+    // the file backend refuses when it checks the part before mapping it, naming the
+    // page; the uffd backend when the guest first fetches that page, stopping the
+    // machine with the message.
     const std::string bad_page = copy_of_good("bad_page");
     flip_byte(bad_page + "/memory.layer", snapshot::kLayerDataOffset + 1 * kPageSize + 5);
     const std::string expected = bad_page + "/memory.layer: page 1 (of the RAM layout) checksum mismatch";
     const auto file = test::run_child(child(fmt::format("--dir {} --backend file", bad_page)));
+    INFO("file backend: " << file.at("error"));
     CHECK(file.at("exit") == "1");
     CHECK(file.at("error").find(expected) == 0);
     const auto uffd = test::run_child(child(fmt::format("--dir {} --backend uffd --run-ms 300", bad_page)));
