@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "api/disk_compactor.hpp"
 #include "api/paths.hpp"
 #include "api/vm/scratch_disk.hpp"
 #include "api/vm_devices.hpp"
@@ -173,6 +174,10 @@ struct LinuxVm::Parts {
     VmDevices virtio;
     KvmIrqLine com1_irq;
     LegacyDevices legacy;
+    // Compacts the disks' layer chains in the background after snapshots; shut down
+    // (its thread joined) by ~LinuxVm, while the devices still run.
+    std::shared_ptr<DiskCompactor> compactor = std::make_shared<DiskCompactor>(
+        virtio.disks(), [this](const std::function<void()>& work) { virtio.run_quiesced(work); });
 };
 
 namespace {
@@ -250,7 +255,11 @@ LinuxVm::LinuxVm(const std::string& dir, snapshot::MemoryBackend backend,
     }
 }
 
-LinuxVm::~LinuxVm() = default;
+LinuxVm::~LinuxVm() {
+    if (parts_) parts_->compactor->shutdown();
+}
+
+void LinuxVm::wait_compaction() { parts_->compactor->wait(); }
 
 Machine& LinuxVm::machine() noexcept { return parts_->machine; }
 Serial& LinuxVm::com1() noexcept { return parts_->legacy.com1(); }
@@ -269,11 +278,15 @@ std::vector<std::string> LinuxVm::disk_files() const {
 
 std::unique_ptr<snapshot::PendingSnapshot> LinuxVm::start_snapshot(const LinuxSnapshotRequest& request) {
     Parts& p = *parts_;
+    // Waits for a running compaction (wait_compaction() before the pause makes this
+    // instant); the frozen files this snapshot lists stay put until it placed them.
+    const std::shared_ptr<DiskCompactor::Placement> placement = DiskCompactor::begin_snapshot(p.compactor);
     std::unique_ptr<snapshot::PendingSnapshot> pending;
     p.virtio.run_quiesced([&] {
         nlohmann::json disks = nlohmann::json::array();
         std::vector<std::string> local;  // frozen chain files in the VM's own directory
         const std::vector<virtio::blk::BlockDevice*>& devices = p.virtio.disks();
+        std::vector<std::string> own_dirs(devices.size());  // per disk: where its new layers go
         for (size_t i = 0; i < devices.size(); ++i) {
             virtio::blk::BlockDevice& disk = *devices[i];
             if (disk.options().read_only) {
@@ -284,6 +297,7 @@ std::unique_ptr<snapshot::PendingSnapshot> LinuxVm::start_snapshot(const LinuxSn
             const bool was_layered = disk.layered();  // else the frozen file is the raw image itself
             const std::string frozen = disk.freeze(new_top);
             const std::filesystem::path own_dir = std::filesystem::path(new_top).parent_path();
+            own_dirs[i] = own_dir.empty() ? std::string(".") : own_dir.string();
             const std::vector<std::string> chain = disk.layer_paths();  // top first: new_top, frozen, ...
             bool frozen_local = false;
             for (size_t k = 1; k < chain.size(); ++k) {
@@ -302,9 +316,16 @@ std::unique_ptr<snapshot::PendingSnapshot> LinuxVm::start_snapshot(const LinuxSn
                                    {"serial", p.legacy.com1().save_state()}};
         snapshot::SnapshotExtras extras;
         extras.devices = saved.dump();
-        extras.extra_parts = [local](const std::string& dir) {
+        placement->set_own_dirs(std::move(own_dirs));
+        extras.extra_parts = [local, placement](const std::string& dir) {
             std::vector<std::string> names;
-            for (const std::string& path : local) names.push_back(place_frozen_file(path, dir));
+            try {
+                for (const std::string& path : local) names.push_back(place_frozen_file(path, dir));
+            } catch (...) {
+                placement->finish(false);
+                throw;
+            }
+            placement->finish(true);  // placed: the VM's own files may be compacted now
             return names;
         };
         pending = snapshot::start_full_snapshot(p.kvm, p.machine, request.dir, nullptr, snapshot::CopyMode::background,

@@ -80,7 +80,16 @@ public:
     /// across file systems) before writing the manifest. The VM may resume as soon
     /// as this returns. Throws Error/SysError/SnapshotError; the VM is unchanged
     /// apart from disks already frozen (harmless: a new top over the old one).
+    /// Once the snapshot has placed its layers, a disk whose run of frozen layers in
+    /// the VM's own directory (the new top's) reached DiskCompactor::kCompactAtLayers
+    /// is compacted in the background (one thread, logged to the VMM log; a failure
+    /// leaves the chain as it was). A running compaction is waited for first.
     std::unique_ptr<snapshot::PendingSnapshot> start_snapshot(const LinuxSnapshotRequest& request);
+
+    /// Waits for a running background compaction of the disks' layer chains
+    /// (disk_compactor.hpp) to end. start_snapshot waits for one too: call this first,
+    /// before pausing the VM, so that the wait is not part of the pause. Any thread.
+    void wait_compaction();
 
     /// Every file the disks read: each disk's layer chain, top first (a raw disk: its image).
     std::vector<std::string> disk_files() const;

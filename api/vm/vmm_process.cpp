@@ -312,6 +312,8 @@ private:
             }
         }
         pending_.clear();
+        // A disk compaction started by the previous snapshot ends first, outside the pause.
+        vm_.wait_compaction();
         const VmState before = life_.state();
         if (before != VmState::running && before != VmState::paused)
             throw ControlCommandError(fmt::format("cannot snapshot: the VM is {}", to_string(before)));

@@ -157,6 +157,43 @@ else
   sshow stall.json stall.err stalled-restore.err
 fi
 
+# S8b. Layer chains are compacted: 6 snapshots of one VM (a new file before each)
+# leave at most 4 *.layer files in its directory (5 frozen + the top without
+# compaction; 4 frozen are merged after the 5th), its log names the compaction, and
+# the first, a middle (its layers merged away in the VM's directory, kept by its own
+# links) and the last snapshot restore with their files and no later one.
+chain=$(svm start --image "$simg" --memory 256 --cpus 1 2>"$sn/chain-start.err"); chain_status=$?
+for i in 1 2 3 4 5 6; do
+  guest "$chain" "echo gen$i > /root/c$i.txt; sync" >/dev/null
+  svm snapshot "$chain" --wait-durable "$sn/chain$i" >"$sn/chain$i.json" 2>>"$sn/chain.err" || chain_status=$?
+done
+chain_dir=$NANOVM_RUN_DIR/vms/$chain
+chain_layers=99
+for _ in $(seq 60); do  # up to 30 s
+  chain_layers=$(ls "$chain_dir"/*.layer 2>/dev/null | wc -l)
+  [ "$chain_layers" -le 4 ] && break
+  sleep 0.5
+done
+compacted=$(grep -m1 "compacted .* layers into 1" "$chain_dir/vmm.log" 2>/dev/null)
+if [ "$chain_status" = 0 ] && [ "$chain_layers" -le 4 ] && [ -n "$compacted" ]; then
+  ok "6 snapshots of one VM leave $chain_layers layer files in its directory; its log: $compacted"
+else
+  not_ok "6 snapshots of one VM leave at most 4 layer files, compacted (exit $chain_status, $chain_layers files, log '$compacted')"
+  sshow chain-start.err chain.err exec.err
+  ls -ls "$chain_dir" 2>&1 | sed 's/^/# /'
+  echo "# the VM's vmm.log:"; diag "$chain_dir/vmm.log" 15
+fi
+svm stop "$chain" >/dev/null 2>&1
+for i in 1 3 6; do
+  from=$(svm restore "$sn/chain$i" 2>"$sn/chain-restore$i.err"); from_status=$?
+  got=$(guest "$from" 'cat /root/c*.txt' | tr '\n' ' ')
+  want=$(for j in $(seq "$i"); do printf 'gen%s ' "$j"; done)
+  check "vm restore of snapshot $i of those 6 (exit $from_status): the files written before it, no later one (got '$got')" \
+    test "$got" = "$want"
+  [ "$got" = "$want" ] || sshow "chain-restore$i.err" exec.err
+  svm stop "$from" >/dev/null 2>&1
+done
+
 # S9. A snapshot into a non-empty directory is refused; the VM is unharmed.
 svm snapshot "$parent" "$sn/snap1" >/dev/null 2>"$sn/nonempty.err"; ne=$?
 alive=$(guest "$parent" 'echo alive')

@@ -619,6 +619,29 @@ std::vector<std::string> BlockDevice::layer_paths() const {
     return {options_.path};
 }
 
+std::optional<CompactionPlan> BlockDevice::plan_compaction(const std::string& own_dir) const {
+    if (!layers_ || options_.read_only) return std::nullopt;
+    return layers_->plan_compaction(own_dir);
+}
+
+MergedLayerStats BlockDevice::write_compaction(const CompactionPlan& plan, const std::string& temp_path) {
+    return write_merged_layer(plan, temp_path);
+}
+
+void BlockDevice::adopt_compaction(const CompactionPlan& plan, const std::string& temp_path) {
+    try {
+        if (in_flight() > 0 || sqes_in_flight_ > 0)
+            throw Error(fmt::format("{}: cannot adopt a compaction with {} requests in flight (drain first)", name(),
+                                    in_flight()));
+        if (!layers_ || options_.read_only)
+            throw Error(fmt::format("{}: cannot adopt a compaction: not a writable layer chain", name()));
+    } catch (...) {
+        ::unlink(temp_path.c_str());
+        throw;
+    }
+    layers_->adopt_compaction(plan, temp_path);
+}
+
 void BlockDevice::fail_device(const std::string& why) noexcept {
     if (active_) {
         active_->link.fail(why);

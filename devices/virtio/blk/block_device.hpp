@@ -26,6 +26,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -33,6 +34,7 @@
 #include "devices/virtio/blk/blk_request.hpp"
 #include "devices/virtio/blk/blk_spec.hpp"
 #include "devices/virtio/blk/io_ring.hpp"
+#include "devices/virtio/blk/layer_compaction.hpp"
 #include "devices/virtio/blk/layered_disk.hpp"
 #include "devices/virtio/device.hpp"
 #include "vmm/fd.hpp"
@@ -173,6 +175,28 @@ public:
     std::vector<std::string> layer_paths() const;
     /// True once the disk is a layer chain (opened from a layer file, or frozen).
     bool layered() const noexcept { return layers_ != nullptr; }
+
+    // Compaction of the layer chain (layer_compaction.hpp), in three steps: plan and
+    // adopt on the loop thread, the long write in between on any thread while the
+    // guest runs on.
+
+    /// Step 1: the run of frozen layers in `own_dir` (the VM's own directory) directly
+    /// below the top, if it has >= 2 layers (LayeredDisk::plan_compaction); nullopt
+    /// for a raw or read-only disk. Cheap (two header reads, no data). Same threading
+    /// as freeze() (no request need be drained). Throws Error / SysError.
+    std::optional<CompactionPlan> plan_compaction(const std::string& own_dir) const;
+    /// Step 2: writes the merged layer of `plan` to `temp_path`
+    /// (write_merged_layer; compaction_temp_path gives the usual name). Any thread,
+    /// no lock, the device running: it reads only the plan's fds of frozen files.
+    static MergedLayerStats write_compaction(const CompactionPlan& plan, const std::string& temp_path);
+    /// Step 3: puts the merged layer in place of the run (LayeredDisk::adopt_compaction).
+    /// Only while the device is quiesced: on the loop thread with no request in
+    /// flight and none started until it returns -- inside VmDevices::run_quiesced
+    /// (disks drained, the loop busy with this call), or with the device not active.
+    /// The vCPUs may run. A freeze since the plan is fine. Throws Error (requests in
+    /// flight, not layered, the chain no longer holds the run) or what adopt throws;
+    /// before the rename the chain is unchanged and `temp_path` removed.
+    void adopt_compaction(const CompactionPlan& plan, const std::string& temp_path);
 
 private:
     /// One request in flight: the parsed request and how far its I/O got.

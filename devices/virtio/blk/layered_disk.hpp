@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,8 @@
 namespace nanovm::virtio::blk {
 
 /// A run of disk bytes stored contiguously in one file (or nowhere).
+struct CompactionPlan;  // layer_compaction.hpp
+
 struct DiskExtent {
     int fd = -1;               ///< the file to read, or -1: the bytes are zeros
     uint64_t file_offset = 0;  ///< bytes, where the run starts in `fd` (0 for zeros)
@@ -105,6 +108,30 @@ public:
     /// writable, chain already kMaxDepth deep) or SysError; on failure the chain is
     /// unchanged and `new_top_path` does not exist.
     std::string freeze(const std::string& new_top_path);
+
+    /// Compaction step 1 (layer_compaction.hpp): the longest run of consecutive
+    /// frozen layers directly below the top whose files are in directory `own_dir`
+    /// (compared by device and inode, so any spelling of it works), if it has at
+    /// least 2 layers; else nullopt. The top is never part of a run, nor is the base.
+    /// Reads the run's bottom and topmost headers and dups the run's fds (O_RDONLY).
+    /// Same thread as the I/O. Throws Error (a run header is corrupt) or SysError
+    /// (stat of `own_dir`, fstat, open, read).
+    std::optional<CompactionPlan> plan_compaction(const std::string& own_dir) const;
+    /// Compaction step 3: puts the merged layer `merged_path` (write_merged_layer of
+    /// `plan`, in the run's directory) in place of the run. Checks that the chain
+    /// still holds the run at the same levels (same files by device and inode, and
+    /// paths: a freeze since the plan is fine, it only adds layers above) and that
+    /// the merged file's header is the plan's (id, parent, disk size, frozen); opens
+    /// it O_RDONLY; rename(merged_path, plan.top_path); fsync of the directory; the
+    /// run's levels become one level (block owners inside the run move to it, those
+    /// above shift down); unlinks the other run files. Call on the I/O thread with no
+    /// I/O in flight (extents handed out before are invalid afterwards: their fds
+    /// are closed). Throws Error / SysError; if it throws before the rename the chain
+    /// is unchanged and `merged_path` is removed. After the rename it does not fail
+    /// but for the directory fsync or an unlink: then the chain in memory is the
+    /// compacted one (both are valid), the error names what failed, and the other
+    /// run files are kept when the fsync failed (they then only cost space).
+    void adopt_compaction(const CompactionPlan& plan, const std::string& merged_path);
 
 private:
     struct Level {
