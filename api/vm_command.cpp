@@ -33,8 +33,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr auto kStopGrace = std::chrono::seconds(10);
-
 // The VM `id_text` names, checked to be alive and answering; its status.
 struct LiveVm {
     vm::VmPaths paths;
@@ -251,10 +249,10 @@ int vm_stop(const VmCommandOptions& o) {
         vm::remove_if_dead(paths);
         throw Error(fmt::format("VM {} was not running (its VMM had died); its state directory was removed", paths.id));
     }
-    const auto grace = o.timeout_s > 0 ? std::chrono::seconds(o.timeout_s) : kStopGrace;
+    const auto grace = std::chrono::seconds(o.stop_grace_s);
     try {
         vm::control_call(paths.control_socket(), "stop",
-                         {{"force", o.force},
+                         {{"force", o.force || o.stop_grace_s == 0},
                           {"timeout_ms", std::chrono::duration_cast<std::chrono::milliseconds>(grace).count()}});
     } catch (const std::exception& e) {
         log_line(fmt::format("VM {}: the stop request failed ({}); killing its VMM", paths.id, e.what()));
@@ -412,7 +410,8 @@ VmCommands add_vm_commands(CLI::App& app, VmCommandOptions& o) {
     c.stop = c.vm->add_subcommand("stop", "Power a VM off (its agent shuts the guest down) and remove its state");
     c.stop->add_option("id", o.id, "VM id")->required();
     c.stop->add_flag("--force", o.force, "Stop the vCPUs at once, without a guest power-off");
-    c.stop->add_option("--timeout", o.timeout_s, "Seconds to wait for the guest's power-off before forcing it [10]")
+    c.stop->add_option("--timeout", o.stop_grace_s,
+                       "Seconds to wait for the guest's power-off before forcing it; 0: at once, as --force [10]")
         ->type_name("S");
 
     c.snapshot = c.vm->add_subcommand(
@@ -425,7 +424,7 @@ VmCommands add_vm_commands(CLI::App& app, VmCommandOptions& o) {
     c.restore = c.vm->add_subcommand("restore", "Start a new VM from a snapshot directory; print its id once it answers");
     c.restore->add_option("dir", o.snapshot_dir, "A snapshot directory (nanovm vm snapshot)")->required();
     c.restore->add_option("--memory-backend", o.memory_backend,
-                          "file: private mapping of a flattened memory file (page cache shared); uffd: pages "
+                          "file: private mapping of the snapshot's memory file (page cache shared); uffd: pages "
                           "served on first touch")
         ->check(CLI::IsMember({"file", "uffd"}))
         ->capture_default_str();

@@ -28,7 +28,8 @@ struct VmCommandOptions {
     vm::SandboxSpec spec;                    ///< start
     std::string id;                          ///< exec, status, pause, resume, stop
     std::vector<std::string> argv;           ///< exec
-    uint32_t timeout_s = 0;                  ///< exec: kill after; stop: power-off grace (0: default 10 s)
+    uint32_t timeout_s = 0;                  ///< exec: kill after (0: never)
+    uint32_t stop_grace_s = 10;              ///< stop: seconds to wait for the power-off (0: force at once)
     std::string cwd;                         ///< exec
     std::vector<std::string> env;            ///< exec
     bool no_stdin = false;                   ///< exec
