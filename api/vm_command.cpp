@@ -42,8 +42,10 @@ struct LiveVm {
 LiveVm live_vm(const std::string& id_text) {
     const vm::VmPaths paths = vm::find_vm(id_text);
     if (!vm::vmm_alive(paths)) {
+        const std::string last = vm::vmm_log_tail(paths);
         vm::remove_if_dead(paths);
-        throw Error(fmt::format("VM {} is not running (its VMM died); its state directory was removed", paths.id));
+        throw Error(fmt::format("VM {} is not running (its VMM died{}); its state directory was removed", paths.id,
+                                last.empty() ? "" : "; the end of its log: " + last));
     }
     json status;
     try {
@@ -246,8 +248,10 @@ int vm_control(const std::string& id_text, const char* command) {
 int vm_stop(const VmCommandOptions& o) {
     const vm::VmPaths paths = vm::find_vm(o.id);
     if (!vm::vmm_alive(paths)) {
+        const std::string last = vm::vmm_log_tail(paths);
         vm::remove_if_dead(paths);
-        throw Error(fmt::format("VM {} was not running (its VMM had died); its state directory was removed", paths.id));
+        throw Error(fmt::format("VM {} was not running (its VMM had died{}); its state directory was removed",
+                                paths.id, last.empty() ? "" : "; the end of its log: " + last));
     }
     const auto grace = std::chrono::seconds(o.stop_grace_s);
     try {

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -202,6 +203,38 @@ VmPaths find_vm(std::string_view text) {
 void remove_vm_dir(const VmPaths& paths) noexcept {
     std::error_code ec;
     fs::remove_all(paths.dir, ec);
+}
+
+std::string vmm_log_tail(const VmPaths& paths, size_t max_lines) noexcept {
+    try {
+        constexpr off_t kTailBytes = 2048;
+        Fd fd(::open(paths.vmm_log().c_str(), O_RDONLY | O_CLOEXEC));
+        if (!fd) return {};
+        const off_t size = ::lseek(fd.get(), 0, SEEK_END);
+        if (size <= 0) return {};
+        const off_t from = size > kTailBytes ? size - kTailBytes : 0;
+        std::string text(static_cast<size_t>(size - from), '\0');
+        const ssize_t n = ::pread(fd.get(), text.data(), text.size(), from);
+        if (n <= 0) return {};
+        text.resize(static_cast<size_t>(n));
+        std::vector<std::string> lines;
+        size_t start = 0;
+        while (start < text.size()) {
+            size_t end = text.find('\n', start);
+            if (end == std::string::npos) end = text.size();
+            if (end > start) lines.push_back(text.substr(start, end - start));
+            start = end + 1;
+        }
+        if (from > 0 && !lines.empty()) lines.erase(lines.begin());  // a cut first line
+        std::string out;
+        for (size_t i = lines.size() > max_lines ? lines.size() - max_lines : 0; i < lines.size(); ++i) {
+            if (!out.empty()) out += " | ";
+            out += lines[i];
+        }
+        return out;
+    } catch (...) {
+        return {};
+    }
 }
 
 bool remove_if_dead(const VmPaths& paths) {

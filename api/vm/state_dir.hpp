@@ -96,6 +96,11 @@ VmPaths find_vm(std::string_view text);
 /// Removes a VM directory and everything in it. Never throws.
 void remove_vm_dir(const VmPaths& paths) noexcept;
 
+/// The last lines of VM `paths`'s vmm.log (at most `max_lines` lines from its last
+/// 2 KiB, joined with " | "), for saying why a VMM died before its directory goes;
+/// "" if there is no log. Never throws.
+std::string vmm_log_tail(const VmPaths& paths, size_t max_lines = 3) noexcept;
+
 /// Removes the directory of VM `paths` if no VMM holds its lock (taking the lock
 /// first, so a live VM is never touched). Returns true if it removed it.
 bool remove_if_dead(const VmPaths& paths);

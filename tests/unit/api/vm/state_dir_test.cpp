@@ -66,6 +66,21 @@ TEST_CASE("a new VM directory is private, locked while its holder lives, and rem
     CHECK_FALSE(exists(made.paths.dir));
 }
 
+TEST_CASE("vmm_log_tail gives the last lines of a dead VM's log, whole lines only", "[api][vm][state]") {
+    RunDir run;
+    NewVmDir made = create_vm_dir();
+    CHECK(vmm_log_tail(made.paths).empty());  // no log yet
+    {
+        std::ofstream log(made.paths.vmm_log());
+        for (int i = 0; i < 200; ++i) log << "nanovm: line " << i << " of the log, padded to be long enough\n";
+        log << "nanovm: fatal: the last words";  // no newline at the end
+    }
+    CHECK(vmm_log_tail(made.paths) ==
+          "nanovm: line 198 of the log, padded to be long enough | nanovm: line 199 of the log, padded to be long "
+          "enough | nanovm: fatal: the last words");
+    CHECK(vmm_log_tail(made.paths, 1) == "nanovm: fatal: the last words");
+}
+
 TEST_CASE("a lock inherited across fork keeps the VM alive after the creator lets go", "[api][vm][state]") {
     RunDir run;
     NewVmDir made = create_vm_dir();
