@@ -10,6 +10,9 @@
 sn=$work/snapshot
 rm -rf "$sn"; mkdir -p "$sn"
 export NANOVM_RUN_DIR=$sn/run
+# A VMM that ends keeps its directory (vmm.log, console.log) until `vm list` removes
+# it: a VM that dies during these checks is then reported with the end of its log.
+export NANOVM_KEEP_STATE=1
 simg=$default_root
 svm() { timeout 300 "$nanovm" vm "$@" </dev/null; }
 sshow() { local f; for f in "$@"; do [ -s "$sn/$f" ] && { echo "# $f:"; diag "$sn/$f" 15; }; done; }
@@ -65,6 +68,7 @@ ticks1=$(wc -l <"$sn/stream.out"); sleep 2; ticks2=$(wc -l <"$sn/stream.out")
 kill "$streamer" 2>/dev/null; wait "$streamer" 2>/dev/null
 check "a vsock stream cut by the snapshot is reset in the copy (its command $in_copy), flows on in the parent ($in_parent, $ticks1 -> $ticks2 lines); new streams work" \
   test "$in_copy" = gone -a "$in_parent" = alive -a "$ticks2" -gt "$ticks1"
+[ "$in_parent" = alive ] || sshow exec.err stream.err
 
 # S3. The same snapshot with the uffd backend.
 uffd_vm=$(svm restore --memory-backend uffd "$sn/snap1" 2>"$sn/restore-uffd.err"); uffd_status=$?
@@ -85,7 +89,7 @@ svm stop "$restored" >/dev/null 2>&1
 # S5. fork -n 4: four children, each with the parent's file, different random bytes,
 # private writes. Children keep their state directory if they end (for the
 # diagnostics on failure; the final `vm list` removes them).
-NANOVM_KEEP_STATE=1 svm fork "$parent" -n 4 >"$sn/fork.out" 2>"$sn/fork.err"; fork_status=$?
+svm fork "$parent" -n 4 >"$sn/fork.out" 2>"$sn/fork.err"; fork_status=$?
 mapfile -t kids <"$sn/fork.out"
 : >"$sn/random.txt"; kid_files=""
 for k in "${kids[@]}"; do
@@ -105,7 +109,7 @@ if [ "$fork_status" = 0 ] && [ "${#kids[@]}" = 4 ] && [ "$distinct" = 8 ] &&
 else
   not_ok "vm fork -n 4 (exit $fork_status, ${#kids[@]} ids, $distinct distinct of 8, files '$kid_files', own $own_ok, parent '$parent_mine')"
   sshow fork.out fork.err random.txt exec.err
-  # A child that ended: its VMM's log and console (kept: NANOVM_KEEP_STATE=1 below),
+  # A child that ended: its VMM's log and console (kept: NANOVM_KEEP_STATE=1 above),
   # and what the test host's kernel said (OOM, segfaults).
   for k in "${kids[@]}"; do
     d=$NANOVM_RUN_DIR/vms/$k
