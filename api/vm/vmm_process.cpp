@@ -8,6 +8,7 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -169,7 +170,12 @@ void watch_readiness(const VmPaths& paths, std::chrono::milliseconds boot_timeou
     std::string last_error = "no attempt";
     while (!life.ended() && Clock::now() < deadline) {
         try {
-            agent::AgentClient client = agent::AgentClient::connect(agent_endpoint(paths), std::chrono::seconds(2));
+            // A guest whose agent is not listening yet refuses at once (RST); a busy one
+            // (a restored guest faulting its memory in, next to others) may take seconds to
+            // answer, and a 2 s cut-off could miss every answer: wait up to 15 s.
+            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+            agent::AgentClient client = agent::AgentClient::connect(
+                agent_endpoint(paths), std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(15000)));
             client.ping();
             if (resync) agent::resync_guest(client, paths.id);
             if (life.transition(VmState::booting, VmState::running)) pipe.ready();
