@@ -12,9 +12,7 @@
 
 #include <cerrno>
 #include <cstring>
-#include <deque>
 #include <filesystem>
-#include <fstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -64,16 +62,6 @@ std::string self_executable() {
     const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
     if (ec) throw Error("cannot find the nanovm binary (/proc/self/exe): " + ec.message());
     return exe.string();
-}
-
-std::vector<std::string> file_tail(const std::string& path, size_t lines) {
-    std::ifstream in(path);
-    std::deque<std::string> tail;
-    for (std::string line; std::getline(in, line);) {
-        tail.push_back(line);
-        if (tail.size() > lines) tail.pop_front();
-    }
-    return {tail.begin(), tail.end()};
 }
 
 // The child side of fork(): never returns.

@@ -205,36 +205,45 @@ void remove_vm_dir(const VmPaths& paths) noexcept {
     fs::remove_all(paths.dir, ec);
 }
 
-std::string vmm_log_tail(const VmPaths& paths, size_t max_lines) noexcept {
+std::vector<std::string> file_tail(const std::string& path, size_t max_lines, size_t max_bytes) noexcept {
     try {
-        constexpr off_t kTailBytes = 2048;
-        Fd fd(::open(paths.vmm_log().c_str(), O_RDONLY | O_CLOEXEC));
+        Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
         if (!fd) return {};
         const off_t size = ::lseek(fd.get(), 0, SEEK_END);
         if (size <= 0) return {};
-        const off_t from = size > kTailBytes ? size - kTailBytes : 0;
-        std::string text(static_cast<size_t>(size - from), '\0');
+        const off_t window = static_cast<off_t>(std::min<uint64_t>(max_bytes, static_cast<uint64_t>(size)));
+        const off_t from = size - window;
+        std::string text(static_cast<size_t>(window), '\0');
         const ssize_t n = ::pread(fd.get(), text.data(), text.size(), from);
         if (n <= 0) return {};
         text.resize(static_cast<size_t>(n));
         std::vector<std::string> lines;
         size_t start = 0;
+        if (from > 0) {  // the window's first line is cut
+            const size_t nl = text.find('\n');
+            start = nl == std::string::npos ? text.size() : nl + 1;
+        }
         while (start < text.size()) {
             size_t end = text.find('\n', start);
             if (end == std::string::npos) end = text.size();
-            if (end > start) lines.push_back(text.substr(start, end - start));
+            lines.push_back(text.substr(start, end - start));
             start = end + 1;
         }
-        if (from > 0 && !lines.empty()) lines.erase(lines.begin());  // a cut first line
-        std::string out;
-        for (size_t i = lines.size() > max_lines ? lines.size() - max_lines : 0; i < lines.size(); ++i) {
-            if (!out.empty()) out += " | ";
-            out += lines[i];
-        }
-        return out;
+        if (lines.size() > max_lines) lines.erase(lines.begin(), lines.end() - static_cast<ptrdiff_t>(max_lines));
+        return lines;
     } catch (...) {
         return {};
     }
+}
+
+std::string vmm_log_tail(const VmPaths& paths, size_t max_lines) noexcept {
+    std::string out;
+    for (const std::string& line : file_tail(paths.vmm_log(), max_lines, 2048)) {
+        if (line.empty()) continue;
+        if (!out.empty()) out += " | ";
+        out += line;
+    }
+    return out;
 }
 
 bool remove_if_dead(const VmPaths& paths) {

@@ -96,6 +96,11 @@ VmPaths find_vm(std::string_view text);
 /// Removes a VM directory and everything in it. Never throws.
 void remove_vm_dir(const VmPaths& paths) noexcept;
 
+/// The last `max_lines` whole lines of the file at `path`, read from at most its last
+/// `max_bytes` (a line cut by that window is dropped); {} if it cannot be read. For
+/// showing the end of a log (vmm.log, console.log) whatever its size. Never throws.
+std::vector<std::string> file_tail(const std::string& path, size_t max_lines, size_t max_bytes = 64 * 1024) noexcept;
+
 /// The last lines of VM `paths`'s vmm.log (at most `max_lines` lines from its last
 /// 2 KiB, joined with " | "), for saying why a VMM died before its directory goes;
 /// "" if there is no log. Never throws.

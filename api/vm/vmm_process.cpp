@@ -14,10 +14,8 @@
 #include <cstdlib>
 #include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <set>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
 #include <thread>
 
@@ -83,13 +81,9 @@ private:
         return s;
     }
     static std::vector<std::string> console_tail(const std::string& path, size_t lines) {
-        std::ifstream in(path);
-        std::deque<std::string> tail;
-        for (std::string line; std::getline(in, line);) {
-            tail.push_back(line.substr(0, 300));
-            if (tail.size() > lines) tail.pop_front();
-        }
-        return {tail.begin(), tail.end()};
+        std::vector<std::string> tail = file_tail(path, lines);
+        for (std::string& line : tail) line.resize(std::min<size_t>(line.size(), 300));
+        return tail;
     }
     void finish(const std::string& text) {
         std::lock_guard lock(mutex_);

@@ -25,9 +25,9 @@
 
 namespace nanovm::virtio::blk {
 
-/// A run of disk bytes stored contiguously in one file (or nowhere).
 struct CompactionPlan;  // layer_compaction.hpp
 
+/// A run of disk bytes stored contiguously in one file (or nowhere).
 struct DiskExtent {
     int fd = -1;               ///< the file to read, or -1: the bytes are zeros
     uint64_t file_offset = 0;  ///< bytes, where the run starts in `fd` (0 for zeros)
