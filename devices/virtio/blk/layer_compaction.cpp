@@ -288,7 +288,10 @@ void LayeredDisk::adopt_compaction(const CompactionPlan& plan, const std::string
     for (size_t o = 0; o < remap.size(); ++o)
         remap[o] = static_cast<uint8_t>(o < first ? o : o <= last ? first : o - (n - 1));
     uint8_t* owner = owner_.get();
-    for (uint64_t b = 0, blocks = disk_bytes_ / kLayerBlockSize; b < blocks; ++b) owner[b] = remap[owner[b]];
+    // Only changed entries are written: blocks the base owns (0 -> 0) stay untouched,
+    // so the calloc'd pages the guest never wrote stay unallocated.
+    for (uint64_t b = 0, blocks = disk_bytes_ / kLayerBlockSize; b < blocks; ++b)
+        if (const uint8_t to = remap[owner[b]]; to != owner[b]) owner[b] = to;
 
     if (dir_synced) {
         for (const std::string& path : removed)
