@@ -39,13 +39,23 @@ struct LiveVm {
     json status;
 };
 
+// How much of a dead VM's vmm.log its error shows: the "ended" line and, after a
+// guest crash, the console lines the VMM logged just before it (a panic's reason).
+constexpr size_t kDeadVmLogLines = 6;
+
+// Removes a dead VM's directory unless NANOVM_KEEP_STATE=1 asks to keep it; says which.
+std::string clean_up_dead(const vm::VmPaths& paths) {
+    if (vm::keep_state_requested()) return fmt::format("its state directory {} is kept (NANOVM_KEEP_STATE=1)", paths.dir);
+    vm::remove_if_dead(paths);
+    return "its state directory was removed";
+}
+
 LiveVm live_vm(const std::string& id_text) {
     const vm::VmPaths paths = vm::find_vm(id_text);
     if (!vm::vmm_alive(paths)) {
-        const std::string last = vm::vmm_log_tail(paths);
-        vm::remove_if_dead(paths);
-        throw Error(fmt::format("VM {} is not running (its VMM died{}); its state directory was removed", paths.id,
-                                last.empty() ? "" : "; the end of its log: " + last));
+        const std::string last = vm::vmm_log_tail(paths, kDeadVmLogLines);
+        throw Error(fmt::format("VM {} is not running (its VMM died{}); {}", paths.id,
+                                last.empty() ? "" : "; the end of its log: " + last, clean_up_dead(paths)));
     }
     json status;
     try {
@@ -248,10 +258,9 @@ int vm_control(const std::string& id_text, const char* command) {
 int vm_stop(const VmCommandOptions& o) {
     const vm::VmPaths paths = vm::find_vm(o.id);
     if (!vm::vmm_alive(paths)) {
-        const std::string last = vm::vmm_log_tail(paths);
-        vm::remove_if_dead(paths);
-        throw Error(fmt::format("VM {} was not running (its VMM had died{}); its state directory was removed",
-                                paths.id, last.empty() ? "" : "; the end of its log: " + last));
+        const std::string last = vm::vmm_log_tail(paths, kDeadVmLogLines);
+        throw Error(fmt::format("VM {} was not running (its VMM had died{}); {}", paths.id,
+                                last.empty() ? "" : "; the end of its log: " + last, clean_up_dead(paths)));
     }
     const auto grace = std::chrono::seconds(o.stop_grace_s);
     try {

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -244,6 +245,11 @@ std::string vmm_log_tail(const VmPaths& paths, size_t max_lines) noexcept {
         out += line;
     }
     return out;
+}
+
+bool keep_state_requested() noexcept {
+    const char* keep = std::getenv("NANOVM_KEEP_STATE");
+    return keep && std::string_view(keep) == "1";
 }
 
 bool remove_if_dead(const VmPaths& paths) {

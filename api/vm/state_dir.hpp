@@ -110,6 +110,10 @@ std::string vmm_log_tail(const VmPaths& paths, size_t max_lines = 3) noexcept;
 /// first, so a live VM is never touched). Returns true if it removed it.
 bool remove_if_dead(const VmPaths& paths);
 
+/// True when NANOVM_KEEP_STATE=1: a VM's directory (vmm.log, console.log) is kept
+/// after its VMM ends, for a post-mortem, until `vm start|run|list` clean up.
+bool keep_state_requested() noexcept;
+
 /// Removes every dead VM's directory and hidden ".new-*" leftovers older than 10
 /// minutes (a nanovm killed while creating one). Returns the ids removed.
 std::vector<std::string> clean_stale_vm_dirs();

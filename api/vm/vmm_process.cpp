@@ -42,6 +42,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
+// How many of the console's last lines a crashed guest leaves in vmm.log.
+constexpr size_t kCrashConsoleLines = 5;
+
 enum class VmState { booting, running, paused, stopping };
 
 const char* to_string(VmState s) {
@@ -566,6 +569,14 @@ int serve(const VmmOptions& requested, ReadyPipe& pipe) {
     if (!pipe.finished())
         pipe.error(fmt::format("the guest stopped before its agent answered ({})", reason.describe()),
                    paths.console_log());
+    if (outcome == GuestOutcome::crash) {
+        // A guest kernel that panics says why on its console just before it resets:
+        // keep those last words where `vm exec|stop` find them (vmm_log_tail).
+        for (std::string line : file_tail(paths.console_log(), kCrashConsoleLines)) {
+            if (line.size() > 200) line.resize(200);
+            log_line("guest console: " + line);
+        }
+    }
     log_line(fmt::format("VM {} ended: {} ({})", options.id, to_string(outcome), reason.describe()));
     return clean ? 0 : 1;
 }
@@ -583,8 +594,7 @@ int run_vmm(const VmmOptions& options) {
     }
     // NANOVM_KEEP_STATE=1 keeps the directory (console.log, vmm.log) for a post-mortem;
     // it counts as stale from now on and the next start/run/list removes it.
-    const char* keep = std::getenv("NANOVM_KEEP_STATE");
-    if (is_vm_id(options.id) && !(keep && std::string_view(keep) == "1")) remove_vm_dir(vm_paths(options.id));
+    if (is_vm_id(options.id) && !keep_state_requested()) remove_vm_dir(vm_paths(options.id));
     return status;
 }
 

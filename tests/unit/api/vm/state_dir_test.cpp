@@ -81,6 +81,21 @@ TEST_CASE("vmm_log_tail gives the last lines of a dead VM's log, whole lines onl
     CHECK(vmm_log_tail(made.paths, 1) == "nanovm: fatal: the last words");
 }
 
+TEST_CASE("NANOVM_KEEP_STATE=1, and only that value, asks to keep a dead VM's directory", "[api][vm][state]") {
+    const char* old = std::getenv("NANOVM_KEEP_STATE");
+    const std::string saved = old ? old : "";
+    ::unsetenv("NANOVM_KEEP_STATE");
+    CHECK_FALSE(keep_state_requested());
+    ::setenv("NANOVM_KEEP_STATE", "0", 1);
+    CHECK_FALSE(keep_state_requested());
+    ::setenv("NANOVM_KEEP_STATE", "yes", 1);
+    CHECK_FALSE(keep_state_requested());
+    ::setenv("NANOVM_KEEP_STATE", "1", 1);
+    CHECK(keep_state_requested());
+    if (old) ::setenv("NANOVM_KEEP_STATE", saved.c_str(), 1);
+    else ::unsetenv("NANOVM_KEEP_STATE");
+}
+
 TEST_CASE("a lock inherited across fork keeps the VM alive after the creator lets go", "[api][vm][state]") {
     RunDir run;
     NewVmDir made = create_vm_dir();
