@@ -163,6 +163,15 @@ struct LinuxVm::Parts {
           com1_irq(machine.vm(), Serial::kCom1Irq),
           legacy(pio, com1_irq, ConsoleWriter(console_fd), [this] { on_i8042_reset(); }) {}
 
+    Parts(const Parts&) = delete;
+    Parts& operator=(const Parts&) = delete;
+    // The devices and then the Machine go before the uffd server (members in reverse
+    // order; the devices may still touch guest memory): its errors stop reaching
+    // the Machine first.
+    ~Parts() {
+        if (uffd) uffd->detach_error_handler();
+    }
+
     void on_i8042_reset() { machine.request_stop(StopReason{StopReason::Kind::reset, {}, "i8042 reset"}); }
 
     Kvm kvm;

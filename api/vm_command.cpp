@@ -327,7 +327,8 @@ int vm_fork(const VmCommandOptions& o) {
     const std::string& base = fork_base.dir;
     try {
         vm::control_call(parent.paths.control_socket(), "snapshot",
-                         {{"dir", base}, {"flatten", o.memory_backend == "file"}}, std::chrono::minutes(30));
+                         {{"dir", base}, {"wait_durable", true}, {"flatten", o.memory_backend == "file"}},
+                         std::chrono::minutes(30));
     } catch (const std::exception& e) {
         std::error_code ec;
         std::filesystem::remove_all(base, ec);

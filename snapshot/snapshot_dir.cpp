@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <filesystem>
+#include <mutex>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -154,9 +156,30 @@ std::string ensure_flat_memory(const std::string& dir) {
 
 namespace {
 
-// Lets the uffd handler stop the Machine made after it.
-struct StopTarget {
-    std::atomic<Machine*> machine{nullptr};
+// Lets the uffd handler stop the Machine made after it. The prefetch thread starts
+// before the Machine exists: an error it meets then (a corrupt page) is kept and
+// stops the Machine as soon as it is attached, before any vCPU runs on a page that
+// was zero-filled in its place.
+class StopTarget {
+public:
+    void error(const std::string& message) {
+        std::lock_guard lock(mutex_);
+        if (machine_) {
+            machine_->request_stop(StopReason{StopReason::Kind::error, {}, message});
+        } else if (!pending_) {
+            pending_ = message;
+        }
+    }
+    void attach(Machine* machine) {
+        std::lock_guard lock(mutex_);
+        machine_ = machine;
+        if (machine_ && pending_) machine_->request_stop(StopReason{StopReason::Kind::error, {}, *pending_});
+    }
+
+private:
+    std::mutex mutex_;
+    Machine* machine_ = nullptr;
+    std::optional<std::string> pending_;
 };
 
 }  // namespace
@@ -207,10 +230,7 @@ RestoredMachine restore_snapshot(const Kvm& kvm, const std::string& dir, MemoryB
         out.prefetch_pages = prefetch.pages.size();
         out.uffd = std::make_unique<UffdServer>(
             memory, std::move(chain),
-            [target](const std::string& message) {
-                if (Machine* m = target->machine.load())
-                    m->request_stop(StopReason{StopReason::Kind::error, {}, message});
-            },
+            [target](const std::string& message) { target->error(message); },
             std::move(prefetch));
     }
     out.memory_ms = ms_since(t);
@@ -221,7 +241,7 @@ RestoredMachine restore_snapshot(const Kvm& kvm, const std::string& dir, MemoryB
     config.irqchip = state.machine.irqchip != 0;
     config.log_dirty_pages = true;
     out.machine = std::make_unique<Machine>(kvm, std::move(memory), config);
-    target->machine.store(out.machine.get());
+    target->attach(out.machine.get());
     restore_vm_state(*out.machine, state);
     out.state_ms += ms_since(t);
     return out;

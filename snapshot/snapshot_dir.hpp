@@ -75,6 +75,15 @@ enum class MemoryBackend {
 /// A Machine restored from a snapshot, with what keeps its memory served. Members
 /// are destroyed machine first, then the uffd server.
 struct RestoredMachine {
+    RestoredMachine() = default;
+    RestoredMachine(RestoredMachine&&) = default;
+    RestoredMachine& operator=(RestoredMachine&&) = default;
+    /// The Machine goes first (members in reverse order) while the uffd server may
+    /// still run: its errors stop reaching the Machine before that.
+    ~RestoredMachine() {
+        if (uffd) uffd->detach_error_handler();
+    }
+
     std::unique_ptr<UffdServer> uffd;  ///< uffd backend only
     std::unique_ptr<Machine> machine;
     double memory_ms = 0;  ///< opening the chain (+ flattening, + mapping), ms

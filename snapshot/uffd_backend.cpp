@@ -96,20 +96,34 @@ void UffdServer::write_record() noexcept {
     }
 }
 
+void UffdServer::report(const std::string& message) {
+    std::lock_guard lock(error_mutex_);
+    if (on_error_) {
+        on_error_(message);
+    } else {
+        log_line("uffd restore: " + message);
+    }
+}
+
+void UffdServer::detach_error_handler() {
+    std::lock_guard lock(error_mutex_);
+    on_error_ = {};
+}
+
 void UffdServer::loop() {
     pollfd fds[2] = {{uffd_.get(), POLLIN, 0}, {stop_.get(), POLLIN, 0}};
     uffd_msg msgs[32];
     for (;;) {
         if (::poll(fds, 2, -1) < 0) {
             if (errno == EINTR) continue;
-            if (on_error_) on_error_(fmt::format("userfaultfd poll: {}", std::strerror(errno)));
+            report(fmt::format("userfaultfd poll: {}", std::strerror(errno)));
             return;
         }
         if (fds[1].revents) return;
         const ssize_t n = ::read(uffd_.get(), msgs, sizeof(msgs));
         if (n < 0) {
             if (errno == EAGAIN || errno == EINTR) continue;
-            if (on_error_) on_error_(fmt::format("userfaultfd read: {}", std::strerror(errno)));
+            report(fmt::format("userfaultfd read: {}", std::strerror(errno)));
             return;
         }
         for (size_t i = 0; i < static_cast<size_t>(n) / sizeof(uffd_msg); ++i)
@@ -145,7 +159,7 @@ bool UffdServer::fill(uint64_t page_addr, bool fault) {
                 if (i == 0) source = data;
             }
         } catch (const std::exception& e) {
-            if (on_error_) on_error_(e.what());
+            report(e.what());
             source = nullptr;  // zero-fill so the faulting thread goes on; the VM is being stopped
             run = 1;
         }
@@ -177,8 +191,7 @@ bool UffdServer::fill(uint64_t page_addr, bool fault) {
             if (done >= kPageSize) break;  // the faulting page is in; good enough
             continue;
         }
-        if (on_error_)
-            on_error_(fmt::format("{} at HVA {:#x}: {}", source ? "UFFDIO_COPY" : "UFFDIO_ZEROPAGE", page_addr,
+        report(fmt::format("{} at HVA {:#x}: {}", source ? "UFFDIO_COPY" : "UFFDIO_ZEROPAGE", page_addr,
                                   std::strerror(errno)));
         return false;
     }

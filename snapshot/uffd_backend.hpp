@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -57,6 +58,11 @@ public:
     /// Stops and joins the handler thread and closes the userfaultfd.
     ~UffdServer();
 
+    /// From now on errors are only logged, not passed to `on_error`: call it before
+    /// whatever `on_error` reaches (the Machine) goes away while the server still
+    /// runs. Waits for a call in progress. Any thread.
+    void detach_error_handler();
+
     uint64_t faults_served() const noexcept { return faults_.load(std::memory_order_relaxed); }
     /// Pages filled from layers / with zeros (a fault serves up to kRunPages).
     uint64_t pages_copied() const noexcept { return copied_.load(std::memory_order_relaxed); }
@@ -74,6 +80,8 @@ private:
     };
     void loop();
     void serve(uint64_t address);
+    /// Passes `message` to on_error_ (under error_mutex_), or logs it once detached.
+    void report(const std::string& message);
     /// Fills the run of pages at `page_addr` (HVA, page aligned) for a fault (handler
     /// thread: recorded) or the prefetch; returns false if it failed (on_error_ told).
     bool fill(uint64_t page_addr, bool fault);
@@ -83,7 +91,8 @@ private:
 
     LayerChain chain_;
     std::vector<Region> regions_;
-    std::function<void(const std::string&)> on_error_;
+    std::mutex error_mutex_;
+    std::function<void(const std::string&)> on_error_;  ///< guarded by error_mutex_
     Fd uffd_;
     Fd stop_;  ///< eventfd: the destructor's wake-up
     std::atomic<uint64_t> faults_{0}, copied_{0}, zeroed_{0}, prefetched_{0};

@@ -24,6 +24,7 @@
 
 #include "devices/virtio/chain_io.hpp"
 #include "snapshot/memory_layer.hpp"
+#include "snapshot/prefetch_list.hpp"
 #include "snapshot/snapshot_dir.hpp"
 #include "tests/kvm/probe.hpp"
 #include "tests/kvm/snapshot_probe.hpp"
@@ -370,4 +371,20 @@ TEST_CASE("a corrupt vm.state or memory layer is refused on restore with a messa
     CHECK(uffd.at("exit") == "0");
     INFO("uffd stop: " << uffd.at("stop"));
     CHECK(uffd.at("stop").find(expected) != std::string::npos);
+
+    // The same page met first by the prefetch of a later uffd restore (the pages the
+    // last restore of that snapshot touched first), which starts before the machine
+    // exists and zero-fills the page so that nothing waits on it: the error is kept
+    // and stops the machine as soon as it is made, before the guest runs on zeros.
+    const auto first = test::run_child(child(fmt::format("--dir {} --backend uffd --run-ms 300", good)));
+    REQUIRE(first.at("exit") == "0");
+    REQUIRE(std::filesystem::exists(good + "/" + snapshot::kPrefetchFileName));
+    const std::string bad_prefetched = copy_of_good("bad_prefetched");
+    flip_byte(bad_prefetched + "/memory.layer", snapshot::kLayerDataOffset + 1 * kPageSize + 5);
+    const auto prefetched =
+        test::run_child(child(fmt::format("--dir {} --backend uffd --run-ms 300", bad_prefetched)));
+    INFO("uffd stop after prefetch: " << prefetched.at("stop"));
+    CHECK(prefetched.at("exit") == "0");
+    CHECK(prefetched.at("stop").find(bad_prefetched + "/memory.layer: page 1 (of the RAM layout) checksum mismatch") !=
+          std::string::npos);
 }
