@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <thread>
 #include <iostream>
+#include <map>
+#include <string>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -43,6 +45,12 @@ struct LiveVm {
 // guest crash, the console lines the VMM logged just before it (a panic's reason).
 constexpr size_t kDeadVmLogLines = 6;
 
+// What a dead VM's vmm.log says about its end, for an error or `vm list`.
+std::string how_it_ended(const vm::VmPaths& paths) {
+    const std::string last = vm::vmm_log_tail(paths, kDeadVmLogLines);
+    return last.empty() ? "its VMM died without a word in its log" : "the end of its log: " + last;
+}
+
 // Removes a dead VM's directory unless NANOVM_KEEP_STATE=1 asks to keep it; says which.
 std::string clean_up_dead(const vm::VmPaths& paths) {
     if (vm::keep_state_requested()) return fmt::format("its state directory {} is kept (NANOVM_KEEP_STATE=1)", paths.dir);
@@ -53,9 +61,7 @@ std::string clean_up_dead(const vm::VmPaths& paths) {
 LiveVm live_vm(const std::string& id_text) {
     const vm::VmPaths paths = vm::find_vm(id_text);
     if (!vm::vmm_alive(paths)) {
-        const std::string last = vm::vmm_log_tail(paths, kDeadVmLogLines);
-        throw Error(fmt::format("VM {} is not running (its VMM died{}); {}", paths.id,
-                                last.empty() ? "" : "; the end of its log: " + last, clean_up_dead(paths)));
+        throw Error(fmt::format("VM {} is not running ({}); {}", paths.id, how_it_ended(paths), clean_up_dead(paths)));
     }
     json status;
     try {
@@ -202,8 +208,12 @@ std::string format_uptime(int64_t ms) {
 }
 
 int vm_list(bool as_json) {
+    std::map<std::string, std::string> endings;  // read before the directories go
+    for (const vm::VmPaths& paths : vm::list_vm_dirs())
+        if (!vm::vmm_alive(paths)) endings[paths.id] = how_it_ended(paths);
     for (const std::string& id : vm::clean_stale_vm_dirs())
-        log_line(fmt::format("removed the state directory of VM {} (its VMM had died)", id));
+        log_line(fmt::format("removed the state directory of VM {}, which had ended ({})", id,
+                             endings.count(id) ? endings[id] : "its VMM died"));
     json rows = json::array();
     for (const vm::VmPaths& paths : vm::list_vm_dirs()) {
         json row{{"id", paths.id}, {"state", "unresponsive"}};
@@ -258,9 +268,7 @@ int vm_control(const std::string& id_text, const char* command) {
 int vm_stop(const VmCommandOptions& o) {
     const vm::VmPaths paths = vm::find_vm(o.id);
     if (!vm::vmm_alive(paths)) {
-        const std::string last = vm::vmm_log_tail(paths, kDeadVmLogLines);
-        throw Error(fmt::format("VM {} was not running (its VMM had died{}); {}", paths.id,
-                                last.empty() ? "" : "; the end of its log: " + last, clean_up_dead(paths)));
+        throw Error(fmt::format("VM {} was not running ({}); {}", paths.id, how_it_ended(paths), clean_up_dead(paths)));
     }
     const auto grace = std::chrono::seconds(o.stop_grace_s);
     try {

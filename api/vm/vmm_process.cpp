@@ -592,9 +592,11 @@ int run_vmm(const VmmOptions& options) {
         log_line(e.what());
         pipe.error(e.what(), vm_paths(options.id).console_log());
     }
-    // NANOVM_KEEP_STATE=1 keeps the directory (console.log, vmm.log) for a post-mortem;
-    // it counts as stale from now on and the next start/run/list removes it.
-    if (is_vm_id(options.id) && !keep_state_requested()) remove_vm_dir(vm_paths(options.id));
+    // A guest that powered off or was stopped leaves nothing behind. One that crashed,
+    // or a VMM that failed, leaves its directory (console.log, vmm.log): stale from now
+    // on, so the next `vm exec|stop|status` says why it ended and removes it, and
+    // `vm list|start|run` remove it. NANOVM_KEEP_STATE=1 keeps it in every case.
+    if (is_vm_id(options.id) && status == 0 && !keep_state_requested()) remove_vm_dir(vm_paths(options.id));
     return status;
 }
 

@@ -216,6 +216,20 @@ else
   not_ok "a killed VMM's state dir is removed and reported by vm list (id '$id2')"; show start2.err list2.out list2.err
 fi
 
+# V7b. A guest that panics: the next vm exec says so, with the panic's console line,
+# and removes the directory.
+id3=$(vm start --image "$img" --memory 256 2>"$ag/start3.err" </dev/null)
+vm exec "$id3" -- sh -c 'echo c > /proc/sysrq-trigger' </dev/null >/dev/null 2>&1
+pid3=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$NANOVM_RUN_DIR/vms/$id3/vm.json" 2>/dev/null)
+for _ in $(seq 100); do kill -0 "${pid3:-0}" 2>/dev/null || break; sleep 0.2; done
+vm exec "$id3" -- true </dev/null 2>"$ag/panic.err"; panic_status=$?
+if [ -n "$id3" ] && [ "$panic_status" = 125 ] && grep -q "ended: crash" "$ag/panic.err" &&
+   grep -q "guest console: .*Kernel panic" "$ag/panic.err" && [ ! -e "$NANOVM_RUN_DIR/vms/$id3" ]; then
+  ok "a guest panic: the next vm exec fails with the panic's console line ($(grep -o 'Kernel panic[^|]*' "$ag/panic.err" | head -1))"
+else
+  not_ok "a guest panic is reported by the next vm exec (exit $panic_status)"; show start3.err panic.err
+fi
+
 # V8. The README's `nanovm vm` example blocks (start ... stop: the vm commands, then
 # snapshot/restore/fork) run as written (build/nanovm -> $nanovm).
 readme=$(dirname "$0")/../../README.md
