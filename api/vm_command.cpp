@@ -61,7 +61,8 @@ std::string clean_up_dead(const vm::VmPaths& paths) {
 LiveVm live_vm(const std::string& id_text) {
     const vm::VmPaths paths = vm::find_vm(id_text);
     if (!vm::vmm_alive(paths)) {
-        throw Error(fmt::format("VM {} is not running ({}); {}", paths.id, how_it_ended(paths), clean_up_dead(paths)));
+        const std::string ended = how_it_ended(paths);  // before clean_up_dead removes the log
+        throw Error(fmt::format("VM {} is not running ({}); {}", paths.id, ended, clean_up_dead(paths)));
     }
     json status;
     try {
@@ -268,7 +269,8 @@ int vm_control(const std::string& id_text, const char* command) {
 int vm_stop(const VmCommandOptions& o) {
     const vm::VmPaths paths = vm::find_vm(o.id);
     if (!vm::vmm_alive(paths)) {
-        throw Error(fmt::format("VM {} was not running ({}); {}", paths.id, how_it_ended(paths), clean_up_dead(paths)));
+        const std::string ended = how_it_ended(paths);  // before clean_up_dead removes the log
+        throw Error(fmt::format("VM {} was not running ({}); {}", paths.id, ended, clean_up_dead(paths)));
     }
     const auto grace = std::chrono::seconds(o.stop_grace_s);
     try {

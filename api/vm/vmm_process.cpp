@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -42,8 +43,28 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
-// How many of the console's last lines a crashed guest leaves in vmm.log.
-constexpr size_t kCrashConsoleLines = 5;
+// A guest kernel that panics says why on its console before the stack dump that
+// ends it, then resets. Puts that line ("Kernel panic - not syncing: ...", "BUG: ...",
+// an Oops) and the console's last lines into vmm.log, where `vm exec|stop|status|list`
+// find them (vmm_log_tail). Lines are cut at 200 bytes.
+void log_crash_console(const std::string& console_log) {
+    constexpr size_t kLastLines = 3;
+    std::vector<std::string> lines = file_tail(console_log, 400);
+    for (std::string& line : lines) {
+        while (!line.empty() && (line.back() == '\r' || line.back() == '\n')) line.pop_back();
+        if (line.size() > 200) line.resize(200);
+    }
+    const size_t tail_from = lines.size() > kLastLines ? lines.size() - kLastLines : 0;
+    for (size_t i = tail_from; i-- > 0;) {
+        const std::string& line = lines[i];
+        if (line.find("Kernel panic") != std::string::npos || line.find("BUG:") != std::string::npos ||
+            line.find("Oops") != std::string::npos || line.find("general protection fault") != std::string::npos) {
+            log_line("guest console: " + line);
+            break;
+        }
+    }
+    for (size_t i = tail_from; i < lines.size(); ++i) log_line("guest console: " + lines[i]);
+}
 
 enum class VmState { booting, running, paused, stopping };
 
@@ -569,14 +590,7 @@ int serve(const VmmOptions& requested, ReadyPipe& pipe) {
     if (!pipe.finished())
         pipe.error(fmt::format("the guest stopped before its agent answered ({})", reason.describe()),
                    paths.console_log());
-    if (outcome == GuestOutcome::crash) {
-        // A guest kernel that panics says why on its console just before it resets:
-        // keep those last words where `vm exec|stop` find them (vmm_log_tail).
-        for (std::string line : file_tail(paths.console_log(), kCrashConsoleLines)) {
-            if (line.size() > 200) line.resize(200);
-            log_line("guest console: " + line);
-        }
-    }
+    if (outcome == GuestOutcome::crash) log_crash_console(paths.console_log());
     log_line(fmt::format("VM {} ended: {} ({})", options.id, to_string(outcome), reason.describe()));
     return clean ? 0 : 1;
 }
