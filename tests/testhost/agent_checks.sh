@@ -219,10 +219,15 @@ fi
 # V7b. A guest that panics: the next vm exec says so, with the panic's console line,
 # and removes the directory.
 id3=$(vm start --image "$img" --memory 256 2>"$ag/start3.err" </dev/null)
-vm exec "$id3" -- sh -c 'echo c > /proc/sysrq-trigger' </dev/null >/dev/null 2>&1
 pid3=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$NANOVM_RUN_DIR/vms/$id3/vm.json" 2>/dev/null)
-for _ in $(seq 100); do kill -0 "${pid3:-0}" 2>/dev/null || break; sleep 0.2; done
-vm exec "$id3" -- true </dev/null 2>"$ag/panic.err"; panic_status=$?
+timeout 60 "$nanovm" vm exec "$id3" -- sh -c 'echo c > /proc/sysrq-trigger' </dev/null >/dev/null 2>"$ag/panic-exec.err"
+for _ in $(seq 150); do kill -0 "${pid3:-0}" 2>/dev/null || break; sleep 0.2; done
+if kill -0 "${pid3:-0}" 2>/dev/null; then
+  echo "# the VMM of $id3 is still running 30 s after its guest panicked; its vmm.log and console:"
+  diag "$NANOVM_RUN_DIR/vms/$id3/vmm.log" 10; diag "$NANOVM_RUN_DIR/vms/$id3/console.log" 10
+  kill -9 "$pid3"
+fi
+timeout 60 "$nanovm" vm exec "$id3" -- true </dev/null 2>"$ag/panic.err"; panic_status=$?
 if [ -n "$id3" ] && [ "$panic_status" = 125 ] && grep -q "ended: crash" "$ag/panic.err" &&
    grep -q "guest console: .*Kernel panic" "$ag/panic.err" && [ ! -e "$NANOVM_RUN_DIR/vms/$id3" ]; then
   ok "a guest panic: the next vm exec fails with the panic's console line ($(grep -o 'Kernel panic[^|]*' "$ag/panic.err" | head -1))"
