@@ -293,7 +293,7 @@ int vm_stop(const VmCommandOptions& o) {
         if (!vm::wait_vmm_gone(paths, std::chrono::seconds(5)))
             throw Error(fmt::format("VM {}: its VMM does not exit", paths.id));
     }
-    vm::remove_if_dead(paths);
+    if (!vm::keep_state_requested()) vm::remove_if_dead(paths);
     return 0;
 }
 
@@ -435,8 +435,10 @@ VmCommands add_vm_commands(CLI::App& app, VmCommandOptions& o) {
     c.stop->add_option("id", o.id, "VM id")->required();
     c.stop->add_flag("--force", o.force, "Stop the vCPUs at once, without a guest power-off");
     c.stop->add_option("--timeout", o.stop_grace_s,
-                       "Seconds to wait for the guest's power-off before forcing it; 0: at once, as --force [10]")
-        ->type_name("S");
+                       "Seconds (0 to 600) to wait for the guest's power-off before forcing it; 0: at once, as "
+                       "--force [10]")
+        ->type_name("S")
+        ->check(CLI::Range(0, 600).description(""));
 
     c.snapshot = c.vm->add_subcommand(
         "snapshot", "Save a VM (memory, disk, devices, running processes) into a new directory; print timings as JSON");
