@@ -47,13 +47,20 @@ using nlohmann::json;
 // ends it, then resets. Puts that line ("Kernel panic - not syncing: ...", "BUG: ...",
 // an Oops) and the console's last lines into vmm.log, where `vm exec|stop|status|list`
 // find them (vmm_log_tail). Lines are cut at 200 bytes.
+// The last `count` lines of the guest console log, without the serial line's '\r',
+// each cut at `width` bytes (for one-line messages).
+std::vector<std::string> console_lines(const std::string& console_log, size_t count, size_t width) {
+    std::vector<std::string> lines = file_tail(console_log, count);
+    for (std::string& line : lines) {
+        while (!line.empty() && line.back() == '\r') line.pop_back();
+        if (line.size() > width) line.resize(width);
+    }
+    return lines;
+}
+
 void log_crash_console(const std::string& console_log) {
     constexpr size_t kLastLines = 3;
-    std::vector<std::string> lines = file_tail(console_log, 400);
-    for (std::string& line : lines) {
-        while (!line.empty() && (line.back() == '\r' || line.back() == '\n')) line.pop_back();
-        if (line.size() > 200) line.resize(200);
-    }
+    const std::vector<std::string> lines = console_lines(console_log, 400, 200);
     const size_t tail_from = lines.size() > kLastLines ? lines.size() - kLastLines : 0;
     for (size_t i = tail_from; i-- > 0;) {
         const std::string& line = lines[i];
@@ -89,7 +96,7 @@ public:
     void ready() { finish("ready\n"); }
     void error(const std::string& message, const std::string& console_log) {
         std::string text = "error " + one_line(message) + "\n";
-        for (const std::string& line : console_tail(console_log, 25)) text += "console " + one_line(line) + "\n";
+        for (const std::string& line : console_lines(console_log, 25, 300)) text += "console " + one_line(line) + "\n";
         finish(text);
     }
     bool finished() {
@@ -103,11 +110,6 @@ private:
             if (c == '\n' || c == '\r') c = ' ';
         }
         return s;
-    }
-    static std::vector<std::string> console_tail(const std::string& path, size_t lines) {
-        std::vector<std::string> tail = file_tail(path, lines);
-        for (std::string& line : tail) line.resize(std::min<size_t>(line.size(), 300));
-        return tail;
     }
     void finish(const std::string& text) {
         std::lock_guard lock(mutex_);
