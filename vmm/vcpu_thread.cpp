@@ -43,6 +43,10 @@ void VcpuThread::loop() {
     unblock_vcpu_kick_signal();
     kvm_run* run = vcpu_.run_data();
     bool parked = false;  // halted or stopped: never enters KVM_RUN again
+    // The last exit was port I/O or MMIO that KVM finishes only when KVM_RUN is
+    // entered again (an IN's value reaches RAX, RIP moves past an OUT): until then
+    // the vCPU's registers are not a state to save (KVM API doc 5, "KVM_EXIT_IO").
+    bool exit_unfinished = false;
     for (;;) {
         clear_vcpu_kick(run);  // before checking requests: see the protocol in the header
         {
@@ -51,16 +55,23 @@ void VcpuThread::loop() {
             // Once a stop reason is recorded no vCPU runs guest code again (e.g. a
             // guest that keeps writing 0xFE to the i8042 after the first reset).
             if (control_.stop) parked = true;
-            if (control_.pause_requested || parked) {
+            if (control_.pause_requested && !parked && exit_unfinished) {
+                // Finish it without running a guest instruction: KVM completes the
+                // exit, then sees immediate_exit and returns EINTR.
+                run->immediate_exit = 1;
+            } else if (control_.pause_requested || parked) {
                 park_until_released(lock, parked);
                 continue;
             }
         }
         try {
+            exit_unfinished = false;
             if (!vcpu_.run()) continue;  // EINTR: a kick or another signal; re-check requests
             ExitOutcome outcome = handle_exit(vcpu_, index_, pio_, mmio_);
             switch (outcome.action) {
-                case ExitOutcome::Action::resume: break;
+                case ExitOutcome::Action::resume:
+                    exit_unfinished = run->exit_reason == KVM_EXIT_IO || run->exit_reason == KVM_EXIT_MMIO;
+                    break;
                 case ExitOutcome::Action::halt: {
                     parked = true;
                     std::lock_guard lock(control_.mutex);

@@ -6,8 +6,12 @@
 //   - After changing a flag, the requester kicks each thread (vmm/vcpu_kick.hpp).
 //   - A vCPU thread clears immediate_exit, THEN checks the flags, THEN enters KVM_RUN:
 //     a request made after the check finds immediate_exit set or the signal pending,
-//     so KVM_RUN returns EINTR at once. KVM completes a pending I/O or MMIO exit
-//     before honouring immediate_exit, so a paused vCPU has no half-done exit.
+//     so KVM_RUN returns EINTR at once.
+//   - A vCPU whose last exit was port I/O or MMIO does not park straight away: KVM
+//     finishes such an exit only inside the next KVM_RUN (KVM API doc 5, the note
+//     under KVM_EXIT_MMIO), so it enters KVM_RUN once more with immediate_exit set.
+//     KVM completes the exit, then returns EINTR without running the guest. A paused
+//     vCPU therefore has no half-done exit, and its saved registers are consistent.
 //   - A thread that honours a request becomes quiescent (counted in
 //     RunControl::quiescent) and waits on RunControl::changed.
 #pragma once

@@ -143,3 +143,70 @@ TEST_CASE("a stop requested before run() makes run() return at once", "[kvm][mac
     CHECK(reason.kind == StopReason::Kind::requested);
     CHECK(reason.detail == "early");
 }
+
+namespace {
+
+// Port and MMIO reads that answer 1, 2, 3, ... (each kind its own count).
+class CountingReads : public PortIoHandler, public MmioHandler {
+public:
+    std::atomic<uint32_t> port_reads{0}, mmio_reads{0};
+    void pio_read(uint16_t, std::span<uint8_t> data) override { put(++port_reads, data); }
+    void pio_write(uint16_t, std::span<const uint8_t>) override {}
+    void mmio_read(Gpa, std::span<uint8_t> data) override { put(++mmio_reads, data); }
+    void mmio_write(Gpa, std::span<const uint8_t>) override {}
+
+private:
+    static void put(uint32_t value, std::span<uint8_t> data) {
+        for (size_t i = 0; i < data.size(); ++i) data[i] = i < 4 ? static_cast<uint8_t>(value >> (8 * i)) : 0;
+    }
+};
+
+}  // namespace
+
+// KVM finishes an IN or an MMIO read (the value into EAX, RIP past it) only in the
+// next KVM_RUN (KVM API doc 5, the note under KVM_EXIT_MMIO). A vCPU paused right
+// after such an exit must have finished it: otherwise a snapshot would hold RIP at the
+// read with the value lost, and the restored guest would read the device again.
+TEST_CASE("a paused vCPU has consumed every port and MMIO read it exited for", "[kvm][machine][pause]") {
+    const Kvm kvm = Kvm::open();
+    Machine machine(kvm, GuestMemory::create(1 * MiB), {.vcpus = 1, .irqchip = false});
+    const std::vector<uint8_t> reads = {
+        0xba, 0xf0, 0x00, 0x00, 0x00,  //  0: mov edx, 0xf0
+        0xed,                          //  5: loop: in eax, dx
+        0xa3, 0x00, 0x30, 0x00, 0x00,  //  6: mov [0x3000], eax
+        0xa1, 0x00, 0x00, 0x00, 0xd0,  // 11: mov eax, [0xd0000000]   (not RAM: MMIO)
+        0xa3, 0x04, 0x30, 0x00, 0x00,  // 16: mov [0x3004], eax
+        0xeb, 0xee,                    // 21: jmp loop
+    };
+    constexpr uint64_t kAfterIn = 0x1000 + 6, kAfterMmioRead = 0x1000 + 16;
+    machine.memory().write_bytes(Gpa(0x1000), reads);
+    test::enter_flat32(machine.vcpu(0), 0x1000);
+    CountingReads devices;
+
+    StopReason reason;
+    std::thread runner([&] { reason = machine.run(devices, devices); });
+    REQUIRE(eventually([&] { return devices.mmio_reads.load() > 10; }));
+    // Every exit of this guest is a read, so nearly every pause lands right after one.
+    uint32_t unconsumed = 0, pauses = 0;
+    for (; pauses < 200; ++pauses) {
+        machine.pause();
+        const kvm_regs regs = machine.vcpu(0).regs();
+        const uint32_t eax = static_cast<uint32_t>(regs.rax);
+        const uint32_t port_seen = regs.rip == kAfterIn ? eax : machine.memory().read<uint32_t>(Gpa(0x3000));
+        const uint32_t mmio_seen =
+            regs.rip == kAfterMmioRead ? eax : machine.memory().read<uint32_t>(Gpa(0x3004));
+        if (port_seen != devices.port_reads.load() || mmio_seen != devices.mmio_reads.load()) {
+            UNSCOPED_INFO("pause " << pauses << ": rip 0x" << std::hex << regs.rip << std::dec << ", port "
+                                   << port_seen << " of " << devices.port_reads.load() << ", mmio " << mmio_seen
+                                   << " of " << devices.mmio_reads.load());
+            ++unconsumed;
+        }
+        machine.resume();
+        std::this_thread::sleep_for(1ms);
+    }
+    machine.request_stop("test");
+    runner.join();
+    CHECK(pauses == 200);
+    CHECK(unconsumed == 0);
+    CHECK(reason.kind == StopReason::Kind::requested);
+}
