@@ -83,7 +83,7 @@ CLI::App* add_run_command(CLI::App& app, RunOptions& options) {
         ->type_name("KEY=VALUE");
     cmd->add_flag("-n,--no-stdin", options.no_stdin, "Do not forward stdin (the command reads /dev/null)");
     cmd->add_option("command", options.argv, "The command and its arguments, after --")->required();
-    cmd->footer(kExecStatusHelp);
+    cmd->footer(exec_status_help("bad option, no kernel or root disk, no /dev/kvm, the VM did not boot"));
     return cmd;
 }
 

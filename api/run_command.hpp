@@ -6,9 +6,11 @@
 
 #include <chrono>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include "api/vm/launcher.hpp"
 
@@ -31,12 +33,16 @@ CLI::App* add_run_command(CLI::App& app, RunOptions& options);
 /// (125: nanovm failed, with one line on stderr). Never throws.
 int run_run(const RunOptions& options);
 
-/// The text of `nanovm run --help` and `nanovm vm exec --help` about exit statuses.
-inline constexpr const char* kExecStatusHelp =
-    "Exit status: the command's own; 128+N if signal N killed it; 124 if --timeout killed it;\n"
-    "125 if nanovm failed (bad option, no kernel or root disk, no /dev/kvm, the VM did not boot);\n"
-    "126 if the command could not run (e.g. EACCES); 127 if it was not found.\n"
-    "The command is an argv, not a shell line: use  -- sh -c 'echo $HOME; exit 3'  for one.\n"
-    "Stdin is forwarded unless it is a terminal or --no-stdin is given.";
+/// The text of `nanovm run --help` and `nanovm vm exec --help` about exit statuses;
+/// `failures` lists what makes that command itself fail with 125.
+inline std::string exec_status_help(std::string_view failures) {
+    return fmt::format(
+        "Exit status: the command's own; 128+N if signal N killed it; 124 if --timeout killed it;\n"
+        "125 if nanovm failed ({});\n"
+        "126 if the command could not run (e.g. EACCES); 127 if it was not found.\n"
+        "The command is an argv, not a shell line: use  -- sh -c 'echo $HOME; exit 3'  for one.\n"
+        "Stdin is forwarded unless it is a terminal or --no-stdin is given.",
+        failures);
+}
 
 }  // namespace nanovm

@@ -414,7 +414,8 @@ VmCommands add_vm_commands(CLI::App& app, VmCommandOptions& o) {
                        "after -- are joined into one shell line, as ssh does; no stdin")
         ->type_name("NAME");
     c.exec->add_option("command", o.argv, "The command and its arguments, after --")->required();
-    c.exec->footer(kExecStatusHelp);
+    c.exec->footer(exec_status_help(
+        "bad option, no such VM, the VM is paused or not running, its agent did not answer"));
 
     c.cp = c.vm->add_subcommand("cp", "Copy one file: ID:/GUEST_PATH HOST_PATH, or HOST_PATH ID:/GUEST_PATH");
     c.cp->add_option("source", o.copy_from, "ID:/GUEST_PATH or HOST_PATH")->required();
