@@ -85,6 +85,10 @@ const char* to_string(VmState s) {
     return "unknown";
 }
 
+double ms_between(Clock::time_point from, Clock::time_point to) {
+    return std::chrono::duration<double, std::milli>(to - from).count();
+}
+
 int64_t micros_since(Clock::time_point t0) {
     return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
 }
@@ -186,9 +190,14 @@ agent::Endpoint agent_endpoint(const VmPaths& paths) {
 // wall clock and takes the hostname `hostname`; only then is the VM ready.
 void watch_readiness(const VmPaths& paths, std::chrono::milliseconds boot_timeout, Lifecycle& life, ReadyPipe& pipe,
                      Machine& machine, bool resync) {
-    const auto deadline = Clock::now() + boot_timeout;
+    const auto start = Clock::now();
+    const auto deadline = start + boot_timeout;
     std::string last_error = "no attempt";
+    int attempts = 0;
+    std::string first_error;
+    double first_failure_ms = 0;
     while (!life.ended() && Clock::now() < deadline) {
+        ++attempts;
         try {
             // A guest whose agent is not listening yet refuses at once (RST); a busy one
             // (a restored guest faulting its memory in, next to others) may take seconds to
@@ -197,11 +206,24 @@ void watch_readiness(const VmPaths& paths, std::chrono::milliseconds boot_timeou
             agent::AgentClient client = agent::AgentClient::connect(
                 agent_endpoint(paths), std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(15000)));
             client.ping();
+            const auto answered = Clock::now();
             if (resync) agent::resync_guest(client, paths.id);
             if (life.transition(VmState::booting, VmState::running)) pipe.ready();
+            if (resync)
+                log_line(fmt::format("ready: the agent answered {:.1f} ms after the vCPUs started ({}); "
+                                     "reseed, clock, hostname and vsock reset took {:.1f} ms",
+                                     ms_between(start, answered),
+                                     attempts == 1 ? std::string("first attempt")
+                                                   : fmt::format("attempt {}; the first failed after {:.1f} ms: {}",
+                                                                 attempts, first_failure_ms, first_error),
+                                     ms_between(answered, Clock::now())));
             return;
         } catch (const std::exception& e) {
             last_error = e.what();
+            if (attempts == 1) {
+                first_error = last_error;
+                first_failure_ms = ms_between(start, Clock::now());
+            }
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -541,6 +563,7 @@ int serve(const VmmOptions& requested, ReadyPipe& pipe) {
     // A fork's shared snapshot stays while any VM whose disks read from it runs.
     std::vector<Fd> fork_bases;
     if (restore) {
+        const auto restore_start = Clock::now();
         if (options.memory_backend != "file" && options.memory_backend != "uffd")
             throw Error(fmt::format("--memory-backend {}: must be file or uffd", options.memory_backend));
         const auto backend =
@@ -556,6 +579,8 @@ int serve(const VmmOptions& requested, ReadyPipe& pipe) {
                 return boot;
             },
             console.get());
+        log_line(fmt::format("restored {} ({} backend) in {:.1f} ms: memory, vCPU and device state, disk layers",
+                             options.restore_dir, options.memory_backend, ms_between(restore_start, Clock::now())));
     } else {
         if (options.image.empty()) throw Error("--image is required");
         create_scratch_disk(paths.disk());

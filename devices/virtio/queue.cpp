@@ -178,4 +178,21 @@ bool Virtqueue::enable_notification(GuestMemory& memory, bool enable) {
     return read_avail_idx(memory) != s.next_avail;
 }
 
+uint16_t Virtqueue::notify_on_next_avail(GuestMemory& memory) {
+    QueueState& s = state_;
+    const uint16_t avail = read_avail_idx(memory);
+    try {
+        if (s.event_idx)
+            memory.write(Gpa(s.used_ring + kRingEntries + 8 * uint64_t{s.size}), avail);
+        else
+            memory.write(Gpa(s.used_ring + kRingFlags), uint16_t{0});
+    } catch (const QueueError&) {
+        throw;
+    } catch (const Error& e) {
+        fail(e.what());
+    }
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    return avail;
+}
+
 }  // namespace nanovm::virtio

@@ -109,6 +109,16 @@ public:
     /// meanwhile when enabling (the caller must then pop again: no kick will come).
     bool enable_notification(GuestMemory& memory, bool enable);
 
+    /// Asks the driver to notify on the very next buffer it makes available, even
+    /// while earlier ones are still unconsumed: with EVENT_IDX, avail_event = the
+    /// driver's current avail idx (virtio 1.2 §2.7.10: it notifies once its idx
+    /// passes that); without, clears VIRTQ_USED_F_NO_NOTIFY. Returns the driver's
+    /// avail idx it read. Throws QueueError if the ring lies outside guest RAM.
+    uint16_t notify_on_next_avail(GuestMemory& memory);
+
+    /// The driver's avail idx as it is in guest memory now (§2.7.6). Throws QueueError.
+    uint16_t avail_idx(const GuestMemory& memory) const { return read_avail_idx(memory); }
+
     /// Back to the state after device reset: not ready, size = max size, rings 0.
     void reset();
 

@@ -30,6 +30,8 @@ constexpr uint32_t kHandshakeEvents = EPOLLIN | EPOLLRDHUP | EPOLLET;
 // RSTs for streams that no longer exist, waiting for rx buffers. Past this many the
 // guest is not posting buffers while sending bad packets: further RSTs are dropped.
 constexpr size_t kMaxPendingRsts = 1024;
+// How long host REQUESTs wait for the driver to hand back a transport reset event.
+constexpr std::chrono::milliseconds kResetAckTimeout{1000};
 // "_4294967295": what the longest guest port adds to the socket path.
 constexpr size_t kPortSuffixBytes = 11;
 constexpr size_t kMaxSocketPath = sizeof(sockaddr_un::sun_path) - 1 - kPortSuffixBytes;
@@ -118,6 +120,8 @@ void VsockDevice::reset() noexcept {
     rst_queue_.clear();
     held_rx_.reset();
     event_pending_ = false;
+    reset_unacked_ = false;
+    held_requests_.clear();
     const itimerspec off{};
     ::timerfd_settime(timer_.get(), 0, &off, nullptr);
     armed_deadline_ns_ = 0;
@@ -129,7 +133,11 @@ void VsockDevice::queue_notify(uint16_t queue) {
     switch (queue) {
         case kRxQueue: pump_rx(); break;
         case kTxQueue: process_tx(); break;
-        case kEventQueue: deliver_event(); break;
+        case kEventQueue:
+            if (reset_unacked_ && active_->queues[kEventQueue].avail_idx(active_->memory) != reset_avail_idx_)
+                release_held_requests(nullptr);
+            deliver_event();
+            break;
         default: break;
     }
 }
@@ -233,7 +241,18 @@ void VsockDevice::on_handshake(int fd, uint32_t events) {
                                                 VsockStream::Origin::kHost, options_.stream_buf_alloc);
     VsockStream* s = add_stream(std::move(stream));
     set_deadline(s, options_.connect_timeout);
-    schedule(s);
+    schedule(s);  // held while the guest handles a transport reset
+    pump_rx();
+}
+
+void VsockDevice::release_held_requests(const char* why) {
+    if (why && !held_requests_.empty()) log_guest(fmt::format("{}: connecting the host's streams anyway", why));
+    reset_unacked_ = false;
+    reset_ack_deadline_ns_ = 0;
+    std::vector<StreamKey> held;
+    held.swap(held_requests_);
+    for (const StreamKey& key : held)
+        if (VsockStream* s = find(key)) schedule(s);  // a stream may have timed out meanwhile
     pump_rx();
 }
 
@@ -291,6 +310,12 @@ void VsockDevice::drop_all_streams() {
 
 void VsockDevice::schedule(VsockStream* stream) {
     if (stream->rx_queued) return;
+    if (reset_unacked_ && !stream->request_sent()) {
+        // A host connection's REQUEST waits until the guest finished the reset.
+        if (std::find(held_requests_.begin(), held_requests_.end(), stream->key()) == held_requests_.end())
+            held_requests_.push_back(stream->key());
+        return;
+    }
     stream->rx_queued = true;
     rx_ready_.push_back(stream);
 }
@@ -349,6 +374,12 @@ void VsockDevice::on_timer() {
         log_guest(fmt::format("stream {}:{} {}; reset", s->key().local_port, s->key().peer_port,
                               s->connecting() ? "got no RESPONSE in time" : "got no RST after SHUTDOWN in time"));
         reset_stream(s);
+    }
+    if (reset_unacked_) {
+        if (reset_ack_deadline_ns_ <= now)
+            release_held_requests("the guest did not hand back the transport reset event in time");
+        else if (next == 0 || reset_ack_deadline_ns_ < next)
+            next = reset_ack_deadline_ns_;
     }
     armed_deadline_ns_ = next;
     arm_timer();
@@ -508,6 +539,15 @@ void VsockDevice::deliver_event() {
     ChainWriter(active_->memory, *chain).write_obj(VsockEvent{kEventTransportReset}, "vsock event");
     events.push_used(active_->memory, chain->head, sizeof(VsockEvent));
     event_pending_ = false;
+    // The driver re-posts the buffer and kicks once it has handled the event: ask
+    // for that kick even with other event buffers still posted.
+    reset_avail_idx_ = events.notify_on_next_avail(active_->memory);
+    reset_unacked_ = true;
+    reset_ack_deadline_ns_ = monotonic_ns() + std::chrono::nanoseconds(kResetAckTimeout).count();
+    if (armed_deadline_ns_ == 0 || reset_ack_deadline_ns_ < armed_deadline_ns_) {
+        armed_deadline_ns_ = reset_ack_deadline_ns_;
+        arm_timer();
+    }
     if (events.needs_interrupt(active_->memory)) active_->link.signal_used();
 }
 

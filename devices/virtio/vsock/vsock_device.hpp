@@ -130,6 +130,7 @@ private:
     uint32_t fill_from_ready(const DescriptorChain& chain);
     std::optional<DescriptorChain> pop_chain(Virtqueue& queue);
     void deliver_event();
+    void release_held_requests(const char* why);
 
     EventLoop& loop_;
     const VsockOptions options_;
@@ -147,6 +148,17 @@ private:
     std::optional<DescriptorChain> held_rx_;       // an rx buffer popped but not used yet
     uint32_t next_local_port_ = kFirstLocalPort;
     bool event_pending_ = false;
+    // A transport reset the guest has been given but not finished handling: the
+    // driver resets every connected socket while handling it (Linux:
+    // virtio_vsock_event_handle), so a host connection it accepted in the meantime
+    // would be reset too. Host REQUESTs wait (held_requests_) until the driver hands
+    // the event buffer back (it re-posts it after the resets, so its avail idx moves
+    // past reset_avail_idx_; a kick alone is no sign: the transport replays one per
+    // queue after a restore), or until reset_ack_deadline_ns_.
+    bool reset_unacked_ = false;
+    uint16_t reset_avail_idx_ = 0;
+    int64_t reset_ack_deadline_ns_ = 0;
+    std::vector<StreamKey> held_requests_;
     bool listener_paused_ = false;  // accept failed (out of fds): resumes when one closes
     int64_t armed_deadline_ns_ = 0;  // 0: timer disarmed
     RateLimiter log_limit_;

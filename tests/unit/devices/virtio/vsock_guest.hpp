@@ -60,7 +60,9 @@ public:
         driver_.kick(virtio::vsock::kEventQueue);
     }
 
-    /// Event ids the device delivered since the last call.
+    /// Event ids the device delivered since the last call. Each handled event's
+    /// buffer is posted again with a kick, as Linux's virtio_transport_event_work
+    /// does after acting on it.
     std::vector<uint32_t> take_events() {
         std::vector<uint32_t> ids;
         TestQueue& ev = driver_.queue(virtio::vsock::kEventQueue);
@@ -68,6 +70,7 @@ public:
             const auto used = ev.used(event_seen_++);
             ids.push_back(memory_.read<uint32_t>(Gpa(event_gpa_.at(used.id))));
         }
+        for (size_t i = 0; i < ids.size(); ++i) post_event_buffer();
         return ids;
     }
 

@@ -403,6 +403,42 @@ TEST_CASE("transport reset waits for an event buffer when the guest has none pos
     CHECK_FALSE(rig.device.save_state().transport_reset_pending);
 }
 
+TEST_CASE("a host CONNECT made while the guest handles a transport reset reaches it only after the reset",
+          "[vsock]") {
+    VsockRig rig;
+    rig.device.send_transport_reset();  // as after a restore: the event is in the guest's buffer
+    Fd host = host_connect(rig.device.socket_path());
+    write_all(host.get(), "CONNECT 5000\n");
+    // The guest has not handed the event back: a REQUEST now could be accepted and
+    // then reset by the guest's own handling of the event.
+    CHECK_FALSE(rig.guest.next(150ms));
+    std::vector<uint32_t> events;
+    CHECK(eventually([&] {
+        for (uint32_t id : rig.guest.take_events()) events.push_back(id);  // handled: re-posted + kicked
+        return !events.empty();
+    }));
+    CHECK(events == std::vector<uint32_t>{kEventTransportReset});
+    const auto request = rig.guest.next();
+    REQUIRE(request);
+    CHECK(request->header.op == op::kRequest);
+    CHECK(request->header.dst_port == 5000);
+    rig.guest.send(FakeVsockGuest::header(op::kResponse, 5000, request->header.src_port));
+    CHECK(read_line(host.get()) == fmt::format("OK {}\n", request->header.src_port));
+}
+
+TEST_CASE("a guest that never hands back the transport reset event still gets host CONNECTs (after 1 s)",
+          "[vsock]") {
+    VsockRig rig;
+    rig.device.send_transport_reset();
+    Fd host = host_connect(rig.device.socket_path());
+    write_all(host.get(), "CONNECT 5000\n");
+    CHECK_FALSE(rig.guest.next(300ms));  // held
+    const auto request = rig.guest.next(5s);
+    REQUIRE(request);
+    CHECK(request->header.op == op::kRequest);
+    CHECK(request->header.dst_port == 5000);
+}
+
 TEST_CASE("host closing its socket: the guest sees SHUTDOWN both ways, then RST if it stays silent", "[vsock]") {
     VsockOptions options;
     options.shutdown_timeout = 100ms;
