@@ -193,11 +193,11 @@ namespace {
 
 // Puts `path` into snapshot directory `dir` under its own name: a hard link (O(1);
 // the file is frozen, never written again), or a sparse copy when `dir` is on
-// another file system. Its data is fsync'd either way. Returns the name.
-std::string place_frozen_file(const std::string& path, const std::string& dir) {
+// another file system. Its data is fsync'd either way, if `sync`. Returns the name.
+std::string place_frozen_file(const std::string& path, const std::string& dir, bool sync) {
     const std::string name = std::filesystem::path(path).filename().string();
     const std::string target = (std::filesystem::path(dir) / name).string();
-    {
+    if (sync) {
         Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
         if (!fd) throw_errno("open " + path);
         if (::fsync(fd.get()) != 0) throw_errno("fsync " + path);
@@ -212,7 +212,7 @@ std::string place_frozen_file(const std::string& path, const std::string& dir) {
     if (errno != EXDEV && errno != EPERM) throw_errno(fmt::format("link {} {}", path, target));
     const std::string tmp = target + ".tmp";
     vm::copy_sparse(path, tmp);
-    {
+    if (sync) {
         Fd fd(::open(tmp.c_str(), O_RDONLY | O_CLOEXEC));
         if (!fd || ::fsync(fd.get()) != 0) throw_errno("fsync " + tmp);
     }
@@ -326,10 +326,11 @@ std::unique_ptr<snapshot::PendingSnapshot> LinuxVm::start_snapshot(const LinuxSn
         snapshot::SnapshotExtras extras;
         extras.devices = saved.dump();
         placement->set_own_dirs(std::move(own_dirs));
-        extras.extra_parts = [local, placement](const std::string& dir) {
+        extras.sync = request.sync;
+        extras.extra_parts = [local, placement, sync = request.sync](const std::string& dir) {
             std::vector<std::string> names;
             try {
-                for (const std::string& path : local) names.push_back(place_frozen_file(path, dir));
+                for (const std::string& path : local) names.push_back(place_frozen_file(path, dir, sync));
             } catch (...) {
                 placement->finish(false);
                 throw;

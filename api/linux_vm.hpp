@@ -32,6 +32,8 @@ struct LinuxSnapshotRequest {
     /// Where writable disk `index` (bus order) continues after the freeze: a new
     /// top layer file that must not exist yet (e.g. in the VM's state directory).
     std::function<std::string(size_t index)> new_top_path;
+    /// false: a fork base, written without any fsync (snapshot::SnapshotContent::sync).
+    bool sync = true;
 };
 
 /// A built Linux guest. Not copyable or movable.

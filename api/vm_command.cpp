@@ -337,7 +337,10 @@ int vm_fork(const VmCommandOptions& o) {
     const std::string& base = fork_base.dir;
     try {
         vm::control_call(parent.paths.control_socket(), "snapshot",
-                         {{"dir", base}, {"wait_durable", true}, {"flatten", o.memory_backend == "file"}},
+                         {{"dir", base},
+                          {"wait_durable", true},
+                          {"fork_base", true},  // children read it right away: no fsync
+                          {"flatten", o.memory_backend == "file"}},
                          std::chrono::minutes(30));
     } catch (const std::exception& e) {
         std::error_code ec;

@@ -249,7 +249,7 @@ void write_verified(const std::string& dir, const VerifiedParts& parts) noexcept
 
 }  // namespace
 
-Manifest write_manifest(const std::string& dir, const std::vector<std::string>& names) {
+Manifest write_manifest(const std::string& dir, const std::vector<std::string>& names, bool sync) {
     Manifest manifest;
     for (const std::string& name : names) manifest.parts.push_back(describe_part(dir, name));
     const std::string text = encode_manifest(manifest);
@@ -258,11 +258,11 @@ Manifest write_manifest(const std::string& dir, const std::vector<std::string>& 
         Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
         if (!fd) throw_errno("open " + tmp);
         if (::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) throw_errno("write " + tmp);
-        if (::fsync(fd.get()) != 0) throw_errno("fsync " + tmp);
+        if (sync && ::fsync(fd.get()) != 0) throw_errno("fsync " + tmp);
     }
     test_stall_point("manifest-tmp");
     if (::rename(tmp.c_str(), path.c_str()) != 0) throw_errno("rename " + tmp);
-    fsync_dir(dir);
+    if (sync) fsync_dir(dir);
     // Every part was just read to describe it: that is a verification.
     VerifiedParts verified;
     for (const ManifestPart& part : manifest.parts) {

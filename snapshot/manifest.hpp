@@ -55,7 +55,7 @@ ManifestPart describe_part(const std::string& dir, const std::string& name);
 /// Describes `names` and writes `dir`/manifest atomically (tmp, fsync, rename,
 /// fsync dir). The parts must already be fsync'd. Honours the test stall points
 /// "manifest-tmp" (tmp written and fsync'd, not yet renamed). Returns what it wrote.
-Manifest write_manifest(const std::string& dir, const std::vector<std::string>& names);
+Manifest write_manifest(const std::string& dir, const std::vector<std::string>& names, bool sync = true);
 
 /// Removes `dir`/manifest if present and fsyncs `dir`, so that a snapshot being
 /// rewritten is never taken for the old one. Throws SysError.

@@ -206,7 +206,7 @@ LayerWriteResult LayerBuilder::finish() {
     pwrite_all(fd_.get(), reinterpret_cast<const uint8_t*>(present.data()), h.bitmap_bytes, h.bitmap_offset, path_);
     pwrite_all(fd_.get(), reinterpret_cast<const uint8_t*>(crcs.data()), h.crc_table_bytes, h.crc_table_offset, path_);
     write_header(fd_.get(), h, path_);
-    if (::fdatasync(fd_.get()) != 0) throw_errno("fdatasync " + path_);
+    if (sync_ && ::fdatasync(fd_.get()) != 0) throw_errno("fdatasync " + path_);
     result.checksum = h.header_crc;
     return result;
 }

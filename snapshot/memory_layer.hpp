@@ -118,8 +118,12 @@ public:
     /// `host` and must not change during the call. Zero pages stay holes. Thread-safe
     /// for distinct pages. Throws SysError("pwrite <path>").
     void put(uint64_t first, uint64_t count, const uint8_t* host);
-    /// Writes bitmap, CRC table and header; fdatasync. Call once, after every put.
+    /// Writes bitmap, CRC table and header; fdatasync (unless skip_sync()). Call
+    /// once, after every put.
     LayerWriteResult finish();
+    /// finish() leaves the file in the page cache (a fork base: never needed after
+    /// a host crash).
+    void skip_sync() noexcept { sync_ = false; }
     const std::string& path() const noexcept { return path_; }
 
 private:
@@ -127,6 +131,7 @@ private:
     Fd fd_;
     LayerHeader header_{};
     bool drop_zero_ = false;
+    bool sync_ = true;
     uint64_t total_ = 0;
     /// Per page: 0 not put, 1 zero, 2 data.
     std::unique_ptr<std::atomic<uint8_t>[]> kind_;

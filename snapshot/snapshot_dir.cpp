@@ -72,6 +72,7 @@ std::unique_ptr<PendingSnapshot> start_full_snapshot(const Kvm& kvm, Machine& ma
     double state_ms = 0;
     content.state = capture_state(kvm, machine, std::move(extras.devices), state_ms);
     content.extra_parts = std::move(extras.extra_parts);
+    content.sync = extras.sync;
     const auto t = Clock::now();
     if (machine.config().log_dirty_pages) (void)collect_dirty_pages(machine, tracker);  // start a new epoch
     content.pages = populated_pages(machine.memory());
@@ -103,6 +104,7 @@ std::unique_ptr<PendingSnapshot> start_diff_snapshot(const Kvm& kvm, Machine& ma
     double state_ms = 0;
     content.state = capture_state(kvm, machine, std::move(extras.devices), state_ms);
     content.extra_parts = std::move(extras.extra_parts);
+    content.sync = extras.sync;
     const auto t = Clock::now();
     content.pages = collect_dirty_pages(machine, tracker);
     const double dirty_ms = ms_since(t);

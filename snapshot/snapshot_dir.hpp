@@ -29,6 +29,8 @@ struct SnapshotExtras {
     std::string devices;
     /// See SnapshotContent::extra_parts (null: none).
     std::function<std::vector<std::string>(const std::string& dir)> extra_parts;
+    /// See SnapshotContent::sync.
+    bool sync = true;
 };
 
 /// The pages written since the last call (or since logging began): KVM_GET_DIRTY_LOG

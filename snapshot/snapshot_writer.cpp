@@ -46,6 +46,7 @@ PendingSnapshot::PendingSnapshot(const std::string& dir, GuestMemory& memory, Sn
     if (::unlink(manifest.c_str()) != 0 && errno != ENOENT) throw_errno("unlink " + manifest);
     builder_ = std::make_unique<LayerBuilder>(snapshot_part(dir_, kLayerFileName) + ".tmp", memory_.ram_bytes(),
                                               content_.parent, content_.drop_zero_pages);
+    if (!content_.sync) builder_->skip_sync();
     if (mode == CopyMode::background) {
         std::string reason = WriteProtectCopy::unsupported_reason(memory_);
         if (reason.empty()) {
@@ -79,10 +80,13 @@ PendingSnapshot::PendingSnapshot(const std::string& dir, GuestMemory& memory, Sn
 void PendingSnapshot::write_rest() {
     // The old manifest's removal is on disk before any part changes, so a crash
     // leaves either the old complete snapshot or a directory without a manifest.
-    make_durable_dir(dir_);
-    fsync_dir(dir_);
+    const bool sync = content_.sync;
+    if (sync) {
+        make_durable_dir(dir_);
+        fsync_dir(dir_);
+    }
     auto t = Clock::now();
-    write_file_atomic(snapshot_part(dir_, kStateFileName), content_.state);
+    write_file_atomic(snapshot_part(dir_, kStateFileName), content_.state, sync);
     stats_.state_write_ms = ms_since(t);
     test_stall_point("state");
     t = Clock::now();
@@ -97,7 +101,7 @@ void PendingSnapshot::write_rest() {
     builder_.reset();
     const std::string layer = snapshot_part(dir_, kLayerFileName);
     if (::rename((layer + ".tmp").c_str(), layer.c_str()) != 0) throw_errno("rename " + layer + ".tmp");
-    fsync_dir(dir_);
+    if (sync) fsync_dir(dir_);
     stats_.memory_ms = ms_since(t);
     stats_.present_pages = r.present_pages;
     stats_.data_pages = r.data_pages;
@@ -107,10 +111,10 @@ void PendingSnapshot::write_rest() {
     if (content_.extra_parts) {
         t = Clock::now();
         for (std::string& name : content_.extra_parts(dir_)) parts.push_back(std::move(name));
-        fsync_dir(dir_);
+        if (sync) fsync_dir(dir_);
         stats_.extra_ms = ms_since(t);
     }
-    write_manifest(dir_, parts);
+    write_manifest(dir_, parts, sync);
     stats_.durable_ms = ms_since(start_);
     durable_.store(true, std::memory_order_release);
 }

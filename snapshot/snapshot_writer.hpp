@@ -78,6 +78,10 @@ struct SnapshotContent {
     /// memory layer and before the manifest, on the writer's thread; returns their
     /// file names, each already fsync'd. Throwing fails the snapshot (no manifest).
     std::function<std::vector<std::string>(const std::string& dir)> extra_parts;
+    /// false: nothing is fsync'd (a fork base, read right away on this host and
+    /// useless after a host crash): the manifest still comes last and atomically,
+    /// but "durable" then only means complete.
+    bool sync = true;
 };
 
 /// A snapshot being written. The constructor returns once nothing more needs the

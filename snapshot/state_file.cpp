@@ -176,7 +176,7 @@ std::vector<SectionView> parse_state_file(std::span<const uint8_t> file, std::st
     return sections;
 }
 
-void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes) {
+void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes, bool sync) {
     const std::string tmp = path + ".tmp";
     {
         Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
@@ -190,9 +190,10 @@ void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes) 
             }
             done += static_cast<size_t>(n);
         }
-        if (::fsync(fd.get()) != 0) throw_errno("fsync " + tmp);
+        if (sync && ::fsync(fd.get()) != 0) throw_errno("fsync " + tmp);
     }
     if (::rename(tmp.c_str(), path.c_str()) != 0) throw_errno("rename " + tmp);
+    if (!sync) return;
     const size_t slash = path.rfind('/');
     const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
     Fd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));

@@ -87,8 +87,9 @@ struct SectionView {
 std::vector<SectionView> parse_state_file(std::span<const uint8_t> file, std::string_view file_name);
 
 /// Writes `bytes` to `path` atomically: `path`.tmp, fsync, rename, fsync of the
-/// directory. Throws SysError naming the step.
-void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes);
+/// directory (without `sync`: no fsyncs, atomic but not durable). Throws SysError
+/// naming the step.
+void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes, bool sync = true);
 /// Reads a whole file. Throws SysError("open <path>") etc.
 std::vector<uint8_t> read_whole_file(const std::string& path);
 

@@ -346,6 +346,8 @@ private:
         const std::string dir = it->get<std::string>();
         const bool leave_paused = flag(body, "leave_paused");
         const bool flatten = flag(body, "flatten");  // also prepare the file backend's memory file
+        // A fork's base: nothing fsync'd; "durable" then means complete (SnapshotContent::sync).
+        const bool fork_base = flag(body, "fork_base");
         const bool wait_durable = flag(body, "wait_durable") || flatten;
         std::error_code ec;
         if (std::filesystem::exists(dir, ec) && !std::filesystem::is_empty(dir, ec))
@@ -385,6 +387,7 @@ private:
             LinuxSnapshotRequest request;
             request.dir = dir;
             request.config = config_;
+            request.sync = !fork_base;
             request.new_top_path = [this](size_t index) {
                 return fmt::format("{}/{}-disk{}-{}.layer", paths_.dir, options_.id, index, ++layer_counter_);
             };
@@ -404,8 +407,8 @@ private:
         if (wait_durable) {
             try {
                 const snapshot::SnapshotStats& stats = pending->wait_durable();
-                out["durable"] = true;
-                out["durable_ms"] = stats.durable_ms;
+                out["durable"] = !fork_base;
+                out[fork_base ? "complete_ms" : "durable_ms"] = stats.durable_ms;
                 if (flatten) {
                     snapshot::ensure_flat_memory(dir);
                     out["flat_ms"] = static_cast<double>(micros_since(t0)) / 1000;
