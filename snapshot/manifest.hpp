@@ -53,7 +53,8 @@ Manifest decode_manifest(std::string_view text, const std::string& where);
 ManifestPart describe_part(const std::string& dir, const std::string& name);
 
 /// Describes `names` and writes `dir`/manifest atomically (tmp, fsync, rename,
-/// fsync dir). The parts must already be fsync'd. Honours the test stall points
+/// fsync dir; without `sync` the same steps minus both fsyncs: complete, not
+/// durable). For a durable manifest the parts must already be fsync'd. Honours the test stall points
 /// "manifest-tmp" (tmp written and fsync'd, not yet renamed). Returns what it wrote.
 Manifest write_manifest(const std::string& dir, const std::vector<std::string>& names, bool sync = true);
 

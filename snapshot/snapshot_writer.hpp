@@ -76,7 +76,7 @@ struct SnapshotContent {
     bool drop_zero_pages = false;     ///< base layers: zero pages stay out of the bitmap
     /// Writes the caller's own parts (e.g. disk layers) into the directory, after the
     /// memory layer and before the manifest, on the writer's thread; returns their
-    /// file names, each already fsync'd. Throwing fails the snapshot (no manifest).
+    /// file names, each already fsync'd (when `sync`). Throwing fails the snapshot (no manifest).
     std::function<std::vector<std::string>(const std::string& dir)> extra_parts;
     /// false: nothing is fsync'd (a fork base, read right away on this host and
     /// useless after a host crash): the manifest still comes last and atomically,

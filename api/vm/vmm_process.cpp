@@ -85,10 +85,6 @@ const char* to_string(VmState s) {
     return "unknown";
 }
 
-double ms_between(Clock::time_point from, Clock::time_point to) {
-    return std::chrono::duration<double, std::milli>(to - from).count();
-}
-
 int64_t micros_since(Clock::time_point t0) {
     return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
 }
@@ -195,7 +191,7 @@ void watch_readiness(const VmPaths& paths, std::chrono::milliseconds boot_timeou
     std::string last_error = "no attempt";
     int attempts = 0;
     std::string first_error;
-    double first_failure_ms = 0;
+    double first_failure_ms = 0;  // since `start`
     while (!life.ended() && Clock::now() < deadline) {
         ++attempts;
         try {
@@ -206,23 +202,24 @@ void watch_readiness(const VmPaths& paths, std::chrono::milliseconds boot_timeou
             agent::AgentClient client = agent::AgentClient::connect(
                 agent_endpoint(paths), std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(15000)));
             client.ping();
+            const double answered_ms = snapshot::ms_since(start);
             const auto answered = Clock::now();
             if (resync) agent::resync_guest(client, paths.id);
             if (life.transition(VmState::booting, VmState::running)) pipe.ready();
             if (resync)
                 log_line(fmt::format("ready: the agent answered {:.1f} ms after the vCPUs started ({}); "
                                      "reseed, clock, hostname and vsock reset took {:.1f} ms",
-                                     ms_between(start, answered),
+                                     answered_ms,
                                      attempts == 1 ? std::string("first attempt")
                                                    : fmt::format("attempt {}; the first failed after {:.1f} ms: {}",
                                                                  attempts, first_failure_ms, first_error),
-                                     ms_between(answered, Clock::now())));
+                                     snapshot::ms_since(answered)));
             return;
         } catch (const std::exception& e) {
             last_error = e.what();
             if (attempts == 1) {
                 first_error = last_error;
-                first_failure_ms = ms_between(start, Clock::now());
+                first_failure_ms = snapshot::ms_since(start);
             }
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -583,7 +580,7 @@ int serve(const VmmOptions& requested, ReadyPipe& pipe) {
             },
             console.get());
         log_line(fmt::format("restored {} ({} backend) in {:.1f} ms: memory, vCPU and device state, disk layers",
-                             options.restore_dir, options.memory_backend, ms_between(restore_start, Clock::now())));
+                             options.restore_dir, options.memory_backend, snapshot::ms_since(restore_start)));
     } else {
         if (options.image.empty()) throw Error("--image is required");
         create_scratch_disk(paths.disk());
