@@ -19,7 +19,9 @@
 #include "api/vm/scratch_disk.hpp"
 #include "api/vm_devices.hpp"
 #include "devices/virtio/blk/block_device.hpp"
+#include "snapshot/fork_image.hpp"
 #include "snapshot/manifest.hpp"
+#include "snapshot/state_file.hpp"
 #include "snapshot/snapshot_error.hpp"
 #include "devices/bus.hpp"
 #include "devices/irq_line.hpp"
@@ -226,9 +228,11 @@ LinuxVm::LinuxVm(const BootOptions& options, int console_fd)
     : parts_(std::make_unique<Parts>(options, console_fd, load_guest(options))) {}
 
 LinuxVm::LinuxVm(const std::string& dir, snapshot::MemoryBackend backend,
-                 const std::function<BootOptions(const nlohmann::json& saved)>& make_options, int console_fd) {
+                 const std::function<BootOptions(const nlohmann::json& saved)>& make_options, int console_fd,
+                 std::span<const int> fork_memfds) {
     Kvm kvm = open_kvm();
-    snapshot::RestoredMachine restored = snapshot::restore_snapshot(kvm, dir, backend);
+    snapshot::RestoredMachine restored = fork_memfds.empty() ? snapshot::restore_snapshot(kvm, dir, backend)
+                                                             : snapshot::restore_fork(kvm, dir, fork_memfds);
     // The disk layers carry no checksums of their own: check them against the
     // manifest, once per snapshot (parts.verified; write_manifest fills it).
     {
@@ -285,6 +289,49 @@ std::vector<std::string> LinuxVm::disk_files() const {
     return files;
 }
 
+struct LinuxVm::DeviceCapture {
+    std::string devices;                ///< vm.state's devices section (JSON)
+    std::vector<std::string> local;     ///< frozen chain files in the VM's own directory: placed into the snapshot
+    std::vector<std::string> own_dirs;  ///< per disk (bus order): where its new layers go (Placement::set_own_dirs)
+};
+
+LinuxVm::DeviceCapture LinuxVm::capture_devices(const LinuxSnapshotRequest& request) {
+    Parts& p = *parts_;
+    DeviceCapture out;
+    nlohmann::json disks = nlohmann::json::array();
+    const std::vector<virtio::blk::BlockDevice*>& devices = p.virtio.disks();
+    out.own_dirs.resize(devices.size());
+    for (size_t i = 0; i < devices.size(); ++i) {
+        virtio::blk::BlockDevice& disk = *devices[i];
+        if (disk.options().read_only) {
+            disks.push_back(nlohmann::json{{"frozen", nullptr}});
+            continue;
+        }
+        const std::string new_top = request.new_top_path(i);
+        const bool was_layered = disk.layered();  // else the frozen file is the raw image itself
+        const std::string frozen = disk.freeze(new_top);
+        const std::filesystem::path own_dir = std::filesystem::path(new_top).parent_path();
+        out.own_dirs[i] = own_dir.empty() ? std::string(".") : own_dir.string();
+        const std::vector<std::string> chain = disk.layer_paths();  // top first: new_top, frozen, ...
+        bool frozen_local = false;
+        for (size_t k = 1; k < chain.size(); ++k) {
+            if (std::filesystem::path(chain[k]).parent_path() != own_dir) continue;
+            out.local.push_back(chain[k]);
+            if (chain[k] == frozen) frozen_local = true;
+        }
+        disks.push_back(nlohmann::json{
+            {"frozen", frozen_local ? std::filesystem::path(frozen).filename().string() : frozen},
+            {"frozen_kind", was_layered ? "layer" : "raw"}});
+    }
+    const nlohmann::json saved{{"version", 1},
+                               {"config", request.config},
+                               {"disks", std::move(disks)},
+                               {"devices", p.virtio.save_state()},
+                               {"serial", p.legacy.com1().save_state()}};
+    out.devices = saved.dump();
+    return out;
+}
+
 std::unique_ptr<snapshot::PendingSnapshot> LinuxVm::start_snapshot(const LinuxSnapshotRequest& request) {
     Parts& p = *parts_;
     // Waits for a running compaction (wait_compaction() before the pause makes this
@@ -292,42 +339,13 @@ std::unique_ptr<snapshot::PendingSnapshot> LinuxVm::start_snapshot(const LinuxSn
     const std::shared_ptr<DiskCompactor::Placement> placement = DiskCompactor::begin_snapshot(p.compactor);
     std::unique_ptr<snapshot::PendingSnapshot> pending;
     p.virtio.run_quiesced([&] {
-        nlohmann::json disks = nlohmann::json::array();
-        std::vector<std::string> local;  // frozen chain files in the VM's own directory
-        const std::vector<virtio::blk::BlockDevice*>& devices = p.virtio.disks();
-        std::vector<std::string> own_dirs(devices.size());  // per disk: where its new layers go
-        for (size_t i = 0; i < devices.size(); ++i) {
-            virtio::blk::BlockDevice& disk = *devices[i];
-            if (disk.options().read_only) {
-                disks.push_back(nlohmann::json{{"frozen", nullptr}});
-                continue;
-            }
-            const std::string new_top = request.new_top_path(i);
-            const bool was_layered = disk.layered();  // else the frozen file is the raw image itself
-            const std::string frozen = disk.freeze(new_top);
-            const std::filesystem::path own_dir = std::filesystem::path(new_top).parent_path();
-            own_dirs[i] = own_dir.empty() ? std::string(".") : own_dir.string();
-            const std::vector<std::string> chain = disk.layer_paths();  // top first: new_top, frozen, ...
-            bool frozen_local = false;
-            for (size_t k = 1; k < chain.size(); ++k) {
-                if (std::filesystem::path(chain[k]).parent_path() != own_dir) continue;
-                local.push_back(chain[k]);
-                if (chain[k] == frozen) frozen_local = true;
-            }
-            disks.push_back(nlohmann::json{
-                {"frozen", frozen_local ? std::filesystem::path(frozen).filename().string() : frozen},
-                {"frozen_kind", was_layered ? "layer" : "raw"}});
-        }
-        const nlohmann::json saved{{"version", 1},
-                                   {"config", request.config},
-                                   {"disks", std::move(disks)},
-                                   {"devices", p.virtio.save_state()},
-                                   {"serial", p.legacy.com1().save_state()}};
+        DeviceCapture captured = capture_devices(request);
         snapshot::SnapshotExtras extras;
-        extras.devices = saved.dump();
-        placement->set_own_dirs(std::move(own_dirs));
+        extras.devices = std::move(captured.devices);
+        placement->set_own_dirs(std::move(captured.own_dirs));
         extras.sync = request.sync;
-        extras.extra_parts = [local, placement, sync = request.sync](const std::string& dir) {
+        extras.extra_parts = [local = std::move(captured.local), placement,
+                              sync = request.sync](const std::string& dir) {
             std::vector<std::string> names;
             try {
                 for (const std::string& path : local) names.push_back(place_frozen_file(path, dir, sync));
@@ -342,6 +360,35 @@ std::unique_ptr<snapshot::PendingSnapshot> LinuxVm::start_snapshot(const LinuxSn
                                                 std::move(extras));
     });
     return pending;
+}
+
+snapshot::ForkImage LinuxVm::fork(const LinuxSnapshotRequest& request) {
+    Parts& p = *parts_;
+    const std::shared_ptr<DiskCompactor::Placement> placement = DiskCompactor::begin_snapshot(p.compactor);
+    snapshot::ForkImage image;
+    std::vector<std::string> local;
+    p.virtio.run_quiesced([&] {
+        DeviceCapture captured = capture_devices(request);
+        local = std::move(captured.local);
+        placement->set_own_dirs(std::move(captured.own_dirs));
+        image = snapshot::freeze_for_fork(p.kvm, p.machine, std::move(captured.devices), &p.uffd);
+    });
+    // The base: vm.state and the frozen disk layers, then the manifest (last, atomic).
+    // Nothing is fsync'd: the children read it right away, and it is no use after a
+    // host crash (their memory is the frozen layer, which lives in RAM).
+    std::filesystem::create_directories(request.dir);
+    snapshot::write_file_atomic(snapshot::snapshot_part(request.dir, snapshot::kStateFileName), image.state,
+                                /*sync=*/false);
+    std::vector<std::string> names{snapshot::kStateFileName};
+    try {
+        for (const std::string& path : local) names.push_back(place_frozen_file(path, request.dir, /*sync=*/false));
+    } catch (...) {
+        placement->finish(false);
+        throw;
+    }
+    placement->finish(true);
+    snapshot::write_manifest(request.dir, names, /*sync=*/false);
+    return image;
 }
 
 }  // namespace nanovm

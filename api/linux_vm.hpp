@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 
 #include "api/boot_command.hpp"
 #include "devices/legacy/control_port.hpp"
+#include "snapshot/fork_image.hpp"
 #include "snapshot/snapshot_dir.hpp"
 #include "vmm/machine.hpp"
 #include "vmm/stop_reason.hpp"
@@ -56,8 +58,12 @@ public:
     /// The kernel is not loaded and the vCPUs are not set up: they continue where
     /// the snapshot left them. Throws SnapshotError naming a corrupt part, Error for
     /// device state that does not fit the options.
+    /// With `fork_memfds` (a fork child): `dir` is a fork base (LinuxVm::fork) and
+    /// the RAM a private mapping of those memfds (snapshot::restore_fork); `backend`
+    /// is not used.
     LinuxVm(const std::string& dir, snapshot::MemoryBackend backend,
-            const std::function<BootOptions(const nlohmann::json& saved)>& make_options, int console_fd);
+            const std::function<BootOptions(const nlohmann::json& saved)>& make_options, int console_fd,
+            std::span<const int> fork_memfds = {});
     ~LinuxVm();
     LinuxVm(const LinuxVm&) = delete;
     LinuxVm& operator=(const LinuxVm&) = delete;
@@ -88,6 +94,17 @@ public:
     /// leaves the chain as it was). A running compaction is waited for first.
     std::unique_ptr<snapshot::PendingSnapshot> start_snapshot(const LinuxSnapshotRequest& request);
 
+    /// Forks the paused VM (Machine::pause first; it stays paused): with the device
+    /// thread held (disks drained), freezes each writable disk's top layer as
+    /// start_snapshot does and freezes guest RAM as the shared layer
+    /// (snapshot::freeze_for_fork: from now on this VM writes private copies over
+    /// it). Writes request.dir as a fork base: vm.state, the frozen disk layers of
+    /// the VM's own directory, the manifest; nothing fsync'd (request.sync is not
+    /// read), no memory layer: children restore it with the returned memfds
+    /// (LinuxVm's restore constructor with `fork_memfds`). Throws Error/SysError/
+    /// SnapshotError; if the RAM freeze failed the VM is as before but for frozen disks.
+    snapshot::ForkImage fork(const LinuxSnapshotRequest& request);
+
     /// Waits for a running background compaction of the disks' layer chains
     /// (disk_compactor.hpp) to end. start_snapshot waits for one too: call this first,
     /// before pausing the VM, so that the wait is not part of the pause. Any thread.
@@ -98,6 +115,11 @@ public:
 
 private:
     struct Parts;
+    struct DeviceCapture;
+    /// Freezes the writable disks' top layers and saves the devices' state (device
+    /// thread held: inside run_quiesced).
+    DeviceCapture capture_devices(const LinuxSnapshotRequest& request);
+
     std::unique_ptr<Parts> parts_;
 };
 

@@ -326,22 +326,22 @@ int vm_restore(const VmCommandOptions& o) {
     return vm_start(spec);
 }
 
-// fork: one snapshot of the parent (it runs on as soon as the pause is over), then
-// `n` VMs restored from it at once; the snapshot lives in the run directory's
-// forks/ until no VM uses it (clean_unused_fork_bases).
+// fork: the parent freezes its disks and RAM into a fork base (it runs on as soon as
+// the pause is over, over a private copy-on-write mapping of the frozen RAM), then
+// `n` VMs start from it at once, each mapping the same frozen RAM privately
+// (snapshot/fork_image.hpp); the base (vm.state, disk layers) lives in the run
+// directory's forks/ until no VM uses it (clean_unused_fork_bases).
 int vm_fork(const VmCommandOptions& o) {
     if (o.fork_count < 1 || o.fork_count > 4) throw Error(fmt::format("-n {}: must be 1 to 4", o.fork_count));
     const LiveVm parent = live_vm(o.id);
     // Held until the children hold it themselves, so that no cleanup takes the base away.
     const vm::ForkBase fork_base = vm::new_fork_base(parent.paths.id);
     const std::string& base = fork_base.dir;
+    std::string memfds;
     try {
-        vm::control_call(parent.paths.control_socket(), "snapshot",
-                         {{"dir", base},
-                          {"wait_durable", true},
-                          {"fork_base", true},  // children read it right away: no fsync
-                          {"flatten", o.memory_backend == "file"}},
-                         std::chrono::minutes(30));
+        const nlohmann::json answer = vm::control_call(parent.paths.control_socket(), "fork", {{"dir", base}},
+                                                       std::chrono::minutes(5));
+        memfds = answer.at("memfds").get<std::string>();
     } catch (const std::exception& e) {
         std::error_code ec;
         std::filesystem::remove_all(base, ec);
@@ -357,7 +357,7 @@ int vm_fork(const VmCommandOptions& o) {
             try {
                 vm::SandboxSpec spec;
                 spec.restore_dir = base;
-                spec.memory_backend = o.memory_backend;
+                spec.fork_memory = memfds;
                 ids[i] = vm::start_vm(spec, /*attached=*/false).paths.id;
             } catch (const std::exception& e) {
                 errors[i] = e.what();
@@ -463,9 +463,6 @@ VmCommands add_vm_commands(CLI::App& app, VmCommandOptions& o) {
     c.fork->add_option("-n", o.fork_count, "How many children (1 to 4)")
         ->check(CLI::Range(1, 4).description(""))
         ->capture_default_str();
-    c.fork->add_option("--memory-backend", o.memory_backend, "As for restore")
-        ->check(CLI::IsMember({"file", "uffd"}))
-        ->capture_default_str();
 
     c.vmm = app.add_subcommand("_vmm", "");  // hidden: the VMM process (launcher.cpp)
     c.vmm->group("");
@@ -477,6 +474,7 @@ VmCommands add_vm_commands(CLI::App& app, VmCommandOptions& o) {
     c.vmm->add_option("--image", o.vmm.image);
     c.vmm->add_option("--restore", o.vmm.restore_dir);
     c.vmm->add_option("--memory-backend", o.vmm.memory_backend);
+    c.vmm->add_option("--fork-memory", o.vmm.fork_memory);
     c.vmm->add_option("--disk", o.vmm.disks);
     c.vmm->add_option("--boot-timeout-ms", o.vmm_boot_timeout_ms);
     return c;

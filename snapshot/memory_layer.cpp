@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstring>
 #include <filesystem>
+#include <optional>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -78,35 +80,90 @@ void set_parent(LayerHeader& h, const ParentRef& parent) {
 
 }  // namespace
 
+namespace {
+
+/// Sets bit (first + p) of `out` for every page p of `r` in the memfd's data
+/// extents (SEEK_DATA/SEEK_HOLE): a hole reads as zero.
+void add_memfd_extents(const MemoryRegion& r, uint64_t first, PageBitmap& out) {
+    off_t at = static_cast<off_t>(r.file_offset);
+    const off_t end = static_cast<off_t>(r.file_offset + r.size);
+    while (at < end) {
+        const off_t data = ::lseek(r.memfd.get(), at, SEEK_DATA);
+        if (data < 0) {
+            if (errno == ENXIO) break;  // no data after `at`
+            throw_errno("lseek(SEEK_DATA) guest RAM");
+        }
+        if (data >= end) break;
+        off_t hole = ::lseek(r.memfd.get(), data, SEEK_HOLE);
+        if (hole < 0) throw_errno("lseek(SEEK_HOLE) guest RAM");
+        hole = std::min(hole, end);
+        const uint64_t from = (static_cast<uint64_t>(data) - r.file_offset) / kPageSize;
+        const uint64_t to = (static_cast<uint64_t>(hole) - r.file_offset + kPageSize - 1) / kPageSize;
+        for (uint64_t p = from; p < to; ++p) out[(first + p) / 64] |= 1ULL << ((first + p) % 64);
+        at = hole;
+    }
+}
+
+/// Sets bit (first + p) for every page p of `r` that this process holds as a private
+/// anonymous copy or in swap: /proc/self/pagemap (Documentation/admin-guide/mm/
+/// pagemap.rst: bit 63 present, 62 swapped, 61 file page or shared anonymous).
+void add_private_copies(const MemoryRegion& r, uint64_t first, PageBitmap& out) {
+    static constexpr uint64_t kPresent = 1ULL << 63, kSwapped = 1ULL << 62, kFilePage = 1ULL << 61;
+    const Fd pagemap(::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC));
+    if (!pagemap) throw_errno("open /proc/self/pagemap");
+    const uint64_t pages = r.size / kPageSize;
+    std::vector<uint64_t> entries(std::min<uint64_t>(pages, 65536));
+    for (uint64_t done = 0; done < pages;) {
+        const uint64_t n = std::min<uint64_t>(entries.size(), pages - done);
+        const uint64_t at = (reinterpret_cast<uint64_t>(r.host) / kPageSize + done) * sizeof(uint64_t);
+        const ssize_t got = ::pread(pagemap.get(), entries.data(), n * sizeof(uint64_t), static_cast<off_t>(at));
+        if (got < 0) {
+            if (errno == EINTR) continue;
+            throw_errno("pread /proc/self/pagemap");
+        }
+        if (got == 0) throw Error("/proc/self/pagemap: short read over guest RAM");
+        const uint64_t read = static_cast<uint64_t>(got) / sizeof(uint64_t);
+        for (uint64_t i = 0; i < read; ++i) {
+            const uint64_t e = entries[i];
+            if ((e & kSwapped) || ((e & kPresent) && !(e & kFilePage))) {
+                const uint64_t p = first + done + i;
+                out[p / 64] |= 1ULL << (p % 64);
+            }
+        }
+        done += read;
+    }
+}
+
+/// The pages of `memory` that may hold data without reading them, or nullopt for a
+/// backing where only reading tells (private_file: its holes say nothing; lazy_memfd:
+/// a hole may be a page not fetched yet).
+std::optional<PageBitmap> candidate_pages(const GuestMemory& memory) {
+    const GuestMemory::Backing backing = memory.backing();
+    if (backing != GuestMemory::Backing::memfd && backing != GuestMemory::Backing::private_memfd) return std::nullopt;
+    PageBitmap out((memory.ram_bytes() / kPageSize + 63) / 64, 0);
+    uint64_t first = 0;  // linear index of the region's page 0
+    for (const MemoryRegion& r : memory.regions()) {
+        add_memfd_extents(r, first, out);
+        // A private mapping also holds the pages this process wrote since it was made.
+        if (backing == GuestMemory::Backing::private_memfd) add_private_copies(r, first, out);
+        first += r.size / kPageSize;
+    }
+    return out;
+}
+
+}  // namespace
+
 PageBitmap nonzero_pages(const GuestMemory& memory) {
     const uint64_t total = memory.ram_bytes() / kPageSize;
+    const std::optional<PageBitmap> candidates = candidate_pages(memory);
     PageBitmap out((total + 63) / 64, 0);
     uint64_t first = 0;  // linear index of the region's page 0
     for (const MemoryRegion& r : memory.regions()) {
         const uint64_t pages = r.size / kPageSize;
-        const auto scan = [&](uint64_t from, uint64_t to) {  // region page range
-            for (uint64_t p = from; p < to; ++p)
-                if (!is_zero(r.host + p * kPageSize)) out[(first + p) / 64] |= 1ULL << ((first + p) % 64);
-        };
-        if (memory.backing() == GuestMemory::Backing::memfd) {
-            // Only the memfd's data extents can hold non-zero pages.
-            off_t at = 0;
-            const off_t end = static_cast<off_t>(r.size);
-            while (at < end) {
-                const off_t data = ::lseek(r.memfd.get(), at, SEEK_DATA);
-                if (data < 0) {
-                    if (errno == ENXIO) break;  // no data after `at`
-                    throw_errno("lseek(SEEK_DATA) guest RAM");
-                }
-                off_t hole = ::lseek(r.memfd.get(), data, SEEK_HOLE);
-                if (hole < 0) throw_errno("lseek(SEEK_HOLE) guest RAM");
-                hole = std::min(hole, end);
-                scan(static_cast<uint64_t>(data) / kPageSize,
-                     (static_cast<uint64_t>(hole) + kPageSize - 1) / kPageSize);
-                at = hole;
-            }
-        } else {
-            scan(0, pages);
+        for (uint64_t p = 0; p < pages; ++p) {
+            const uint64_t linear = first + p;
+            if (candidates && !page_set(*candidates, linear)) continue;
+            if (!is_zero(r.host + p * kPageSize)) out[linear / 64] |= 1ULL << (linear % 64);
         }
         first += pages;
     }
@@ -114,29 +171,8 @@ PageBitmap nonzero_pages(const GuestMemory& memory) {
 }
 
 PageBitmap populated_pages(const GuestMemory& memory) {
-    if (memory.backing() != GuestMemory::Backing::memfd) return nonzero_pages(memory);
-    PageBitmap out((memory.ram_bytes() / kPageSize + 63) / 64, 0);
-    uint64_t first = 0;
-    for (const MemoryRegion& r : memory.regions()) {
-        off_t at = 0;
-        const off_t end = static_cast<off_t>(r.size);
-        while (at < end) {
-            const off_t data = ::lseek(r.memfd.get(), at, SEEK_DATA);
-            if (data < 0) {
-                if (errno == ENXIO) break;
-                throw_errno("lseek(SEEK_DATA) guest RAM");
-            }
-            off_t hole = ::lseek(r.memfd.get(), data, SEEK_HOLE);
-            if (hole < 0) throw_errno("lseek(SEEK_HOLE) guest RAM");
-            hole = std::min(hole, end);
-            const uint64_t to = (static_cast<uint64_t>(hole) + kPageSize - 1) / kPageSize;
-            for (uint64_t p = static_cast<uint64_t>(data) / kPageSize; p < to; ++p)
-                out[(first + p) / 64] |= 1ULL << ((first + p) % 64);
-            at = hole;
-        }
-        first += r.size / kPageSize;
-    }
-    return out;
+    std::optional<PageBitmap> candidates = candidate_pages(memory);
+    return candidates ? std::move(*candidates) : nonzero_pages(memory);
 }
 
 LayerBuilder::LayerBuilder(const std::string& path, uint64_t ram_bytes, const std::optional<ParentRef>& parent,

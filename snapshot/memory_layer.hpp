@@ -90,14 +90,16 @@ void for_each_page_run(const PageBitmap& bits, uint64_t first, uint64_t pages, F
 }
 
 /// The non-zero pages of `memory`. For Backing::memfd only the memfd's data extents
-/// (SEEK_DATA/SEEK_HOLE) are read; other backings are read page by page through
-/// the mapping (a lazily filled memory is faulted in).
+/// (SEEK_DATA/SEEK_HOLE) are read; for private_memfd those plus the pages this
+/// process holds privately (/proc/self/pagemap); other backings are read page by
+/// page through the mapping (a lazily filled memory is faulted in).
 PageBitmap nonzero_pages(const GuestMemory& memory);
 
 /// The pages of `memory` that may hold data, without reading them: for
 /// Backing::memfd the memfd's data extents (SEEK_DATA/SEEK_HOLE; a page written
-/// and then zeroed is included), for other backings nonzero_pages(memory). Cheap
-/// enough to run inside a snapshot's pause.
+/// and then zeroed is included), for private_memfd those plus the pages held as
+/// private copies or swapped (/proc/self/pagemap), for other backings
+/// nonzero_pages(memory). Cheap enough to run inside a snapshot's pause.
 PageBitmap populated_pages(const GuestMemory& memory);
 
 /// Builds a layer file page by page, from one thread or several (each page is put

@@ -186,20 +186,30 @@ private:
 
 }  // namespace
 
-RestoredMachine restore_snapshot(const Kvm& kvm, const std::string& dir, MemoryBackend backend) {
-    RestoredMachine out;
-    auto t = Clock::now();
-    const Manifest manifest = read_manifest(dir);
+std::vector<uint8_t> read_checked_state(const std::string& dir, const Manifest& manifest) {
     check_parts(dir, manifest, PartCheck::sizes);
     const std::string state_path = snapshot_part(dir, kStateFileName);
-    const std::vector<uint8_t> bytes = read_whole_file(state_path);
-    const VmState state = decode_vm_state(bytes, state_path);
+    std::vector<uint8_t> bytes = read_whole_file(state_path);
+    // A damaged structure is named by its section (a more useful message than the CRC's).
+    (void)decode_vm_state(bytes, state_path);
     const ManifestPart* listed = manifest.find(kStateFileName);
     if (!listed) throw SnapshotError(fmt::format("{}/{}: vm.state is not listed", dir, kManifestFileName));
     if (crc32c(bytes) != listed->crc32c)
         throw SnapshotError(fmt::format("{}: part checksum mismatch (crc32c {:08x}, the manifest says {:08x}): corrupt "
                                         "part",
                                         state_path, crc32c(bytes), listed->crc32c));
+    return bytes;
+}
+
+std::vector<uint8_t> read_checked_state(const std::string& dir) { return read_checked_state(dir, read_manifest(dir)); }
+
+RestoredMachine restore_snapshot(const Kvm& kvm, const std::string& dir, MemoryBackend backend) {
+    RestoredMachine out;
+    auto t = Clock::now();
+    const Manifest manifest = read_manifest(dir);
+    const std::string state_path = snapshot_part(dir, kStateFileName);
+    const std::vector<uint8_t> bytes = read_checked_state(dir, manifest);
+    const VmState state = decode_vm_state(bytes, state_path);
     if (!manifest.find(kLayerFileName))
         throw SnapshotError(fmt::format("{}/{}: memory.layer is not listed", dir, kManifestFileName));
     out.devices = state.devices;
@@ -238,13 +248,8 @@ RestoredMachine restore_snapshot(const Kvm& kvm, const std::string& dir, MemoryB
     out.memory_ms = ms_since(t);
 
     t = Clock::now();
-    MachineConfig config;
-    config.vcpus = state.machine.vcpus;
-    config.irqchip = state.machine.irqchip != 0;
-    config.log_dirty_pages = true;
-    out.machine = std::make_unique<Machine>(kvm, std::move(memory), config);
-    target->attach(out.machine.get());
-    restore_vm_state(*out.machine, state);
+    out.machine = make_restored_machine(kvm, std::move(memory), state);
+    target->attach(out.machine.get());  // an error the uffd server met meanwhile stops it now
     out.state_ms += ms_since(t);
     return out;
 }

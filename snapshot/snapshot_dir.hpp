@@ -11,7 +11,9 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "snapshot/manifest.hpp"
 #include "snapshot/memory_layer.hpp"
 #include "snapshot/snapshot_writer.hpp"
 #include "snapshot/uffd_backend.hpp"
@@ -93,6 +95,13 @@ struct RestoredMachine {
     std::string devices;   ///< vm.state's "devices" section (empty: none), for the device owner
     size_t prefetch_pages = 0;  ///< uffd: pages of the last restore's prefetch.pages being copied in
 };
+
+/// The bytes of `dir`'s vm.state after checking `manifest` (read_manifest(dir)):
+/// every listed part's size, vm.state listed and its CRC-32C. Throws SnapshotError
+/// naming the missing or corrupt part, SysError.
+std::vector<uint8_t> read_checked_state(const std::string& dir, const Manifest& manifest);
+/// The same, reading the manifest first ("incomplete snapshot (no manifest)" if none).
+std::vector<uint8_t> read_checked_state(const std::string& dir);
 
 /// Restores `dir` into a new Machine (shape from vm.state; memslots with
 /// log_dirty_pages so that it can be snapshotted again, as a diff over `dir` or in

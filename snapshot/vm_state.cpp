@@ -61,6 +61,16 @@ VmState capture_vm_state(const Kvm& kvm, Machine& machine) {
     return state;
 }
 
+std::unique_ptr<Machine> make_restored_machine(const Kvm& kvm, GuestMemory memory, const VmState& state) {
+    MachineConfig config;
+    config.vcpus = state.machine.vcpus;
+    config.irqchip = state.machine.irqchip != 0;
+    config.log_dirty_pages = true;
+    auto machine = std::make_unique<Machine>(kvm, std::move(memory), config);
+    restore_vm_state(*machine, state);
+    return machine;
+}
+
 void restore_vm_state(Machine& machine, const VmState& state) {
     const MachineInfo& info = state.machine;
     if (info.vcpus != machine.vcpu_count() || (info.irqchip != 0) != machine.config().irqchip ||

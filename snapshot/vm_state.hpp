@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -77,6 +78,12 @@ VmState capture_vm_state(const Kvm& kvm, Machine& machine);
 /// instant (the guest agent steps wall time afterwards; KVM API doc 4.30). Throws
 /// SnapshotError if the shapes differ, SysError/Error naming the failing ioctl/MSR.
 void restore_vm_state(Machine& machine, const VmState& state);
+
+/// A new Machine shaped as `state` says (vCPUs, irqchip; memslots log dirty pages,
+/// so it can be snapshotted again) over `memory`, with `state` loaded
+/// (restore_vm_state); it has not run yet. Throws as Machine's constructor and
+/// restore_vm_state do.
+std::unique_ptr<Machine> make_restored_machine(const Kvm& kvm, GuestMemory memory, const VmState& state);
 
 /// The vm.state sections of `state` (snapshot/state_file.hpp), as a whole file.
 std::vector<uint8_t> encode_vm_state(const VmState& state);

@@ -30,7 +30,10 @@ constexpr uint64_t kWpFeatures = UFFD_FEATURE_PAGEFAULT_FLAG_WP | UFFD_FEATURE_W
 }  // namespace
 
 std::string WriteProtectCopy::unsupported_reason(const GuestMemory& memory) {
-    if (memory.backing() != GuestMemory::Backing::memfd)
+    // A fork's private mapping of its frozen memfd is shmem too: write-protect
+    // covers its private copies and, with PTE markers (Linux >= 5.19), the pages
+    // still read from the memfd.
+    if (memory.backing() != GuestMemory::Backing::memfd && memory.backing() != GuestMemory::Backing::private_memfd)
         return memory.backing() == GuestMemory::Backing::lazy_memfd
                    ? "guest RAM is served by the uffd restore backend (one userfaultfd per range)"
                    : "guest RAM is a MAP_PRIVATE file mapping (userfaultfd write-protect needs shmem or anonymous memory)";

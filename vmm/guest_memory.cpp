@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,7 +22,8 @@ MemoryRegion map_region(Gpa gpa, uint64_t size, uint32_t slot) {
     region.size = size;
     region.slot = slot;
     const std::string name = fmt::format("nanovm-ram-{:#x}", gpa.value);
-    region.memfd = Fd(::memfd_create(name.c_str(), MFD_CLOEXEC));
+    // Sealable: a fork seals it (F_SEAL_WRITE) once nobody maps it shared any more.
+    region.memfd = Fd(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
     if (!region.memfd) throw_errno("memfd_create");
     if (::ftruncate(region.memfd.get(), static_cast<off_t>(size)) != 0) throw_errno("ftruncate(guest RAM)");
     void* host = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE,
@@ -75,6 +77,59 @@ GuestMemory GuestMemory::map_file_private(int fd, uint64_t ram_bytes, uint64_t d
     }
     mem.ram_bytes_ = ram_bytes;
     return mem;
+}
+
+namespace {
+
+/// dup(fd) after checking it is at least `size` bytes (fstat).
+Fd dup_sized(int fd, uint64_t size, size_t index) {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) throw_errno(fmt::format("fstat(guest RAM memfd {})", index));
+    if (static_cast<uint64_t>(st.st_size) < size)
+        throw Error(fmt::format("guest RAM memfd {} holds {} bytes, its region needs {}", index, st.st_size, size));
+    Fd copy(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+    if (!copy) throw_errno("dup(guest RAM memfd)");
+    return copy;
+}
+
+}  // namespace
+
+GuestMemory GuestMemory::map_memfds_private(std::span<const int> memfds, uint64_t ram_bytes) {
+    const std::vector<Extent> extents = layout(ram_bytes);
+    if (memfds.size() != extents.size())
+        throw Error(fmt::format("{} guest RAM memfds for {} regions", memfds.size(), extents.size()));
+    GuestMemory mem;
+    mem.backing_ = Backing::private_memfd;
+    mem.ram_bytes_ = ram_bytes;
+    for (size_t k = 0; k < extents.size(); ++k) {
+        MemoryRegion region;
+        region.gpa = extents[k].gpa;
+        region.size = extents[k].size;
+        region.slot = static_cast<uint32_t>(k);
+        region.memfd = dup_sized(memfds[k], region.size, k);
+        void* host = ::mmap(nullptr, region.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE,
+                            region.memfd.get(), 0);
+        if (host == MAP_FAILED) throw_errno("mmap(guest RAM memfd, MAP_PRIVATE)");
+        region.host = static_cast<uint8_t*>(host);
+        mem.regions_.push_back(std::move(region));
+    }
+    return mem;
+}
+
+void GuestMemory::remap_private(std::span<const int> memfds) {
+    if (memfds.size() != regions_.size())
+        throw Error(fmt::format("{} guest RAM memfds for {} regions", memfds.size(), regions_.size()));
+    std::vector<Fd> copies;
+    for (size_t k = 0; k < regions_.size(); ++k) copies.push_back(dup_sized(memfds[k], regions_[k].size, k));
+    for (size_t k = 0; k < regions_.size(); ++k) {
+        MemoryRegion& r = regions_[k];
+        void* host = ::mmap(r.host, r.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE | MAP_FIXED,
+                            copies[k].get(), 0);
+        if (host == MAP_FAILED) throw_errno("mmap(guest RAM memfd, MAP_PRIVATE | MAP_FIXED)");
+        r.memfd = std::move(copies[k]);
+        r.file_offset = 0;
+    }
+    backing_ = Backing::private_memfd;
 }
 
 GuestMemory::GuestMemory(GuestMemory&& other) noexcept

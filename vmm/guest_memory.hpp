@@ -50,6 +50,10 @@ public:
         /// memfds filled on demand by a userfaultfd handler (snapshot/uffd_backend):
         /// a hole may be a page not yet fetched, so readers must go through `host`.
         lazy_memfd,
+        /// Sealed memfds (a fork's frozen layer, shared with other VMs) MAP_PRIVATE:
+        /// a page is the memfd's (a hole reads as zero) until this process writes
+        /// it, then a private anonymous copy (see snapshot/fork_image.hpp).
+        private_memfd,
     };
     /// A region's place: [gpa, gpa + size), size in bytes.
     struct Extent {
@@ -77,6 +81,21 @@ public:
     /// Guest writes are private copy-on-write pages of this process. Backing
     /// private_file. Throws SysError (dup, mmap) or Error.
     static GuestMemory map_file_private(int fd, uint64_t ram_bytes, uint64_t data_offset);
+
+    /// Maps `memfds` (one per region of layout(ram_bytes), each exactly that
+    /// region's size; not consumed, dup'ed) MAP_PRIVATE: a fork child's RAM over
+    /// its parent's frozen layer. Backing private_memfd. Throws SysError (dup,
+    /// fstat, mmap) or Error (count or size mismatch).
+    static GuestMemory map_memfds_private(std::span<const int> memfds, uint64_t ram_bytes);
+
+    /// Replaces every region's mapping, in place at the same HVA (MAP_FIXED, so
+    /// KVM's memslots stay valid: its MMU notifier drops the old translations), by
+    /// a MAP_PRIVATE mapping of `memfds[k]` (same count and sizes as the regions,
+    /// dup'ed). What the guest sees must already be in those memfds. Backing
+    /// private_memfd. Call only while nothing else touches guest RAM (VM paused,
+    /// devices quiesced). Throws SysError or Error; on failure the regions keep
+    /// their old mappings up to the failing one (which then has none: fatal).
+    void remap_private(std::span<const int> memfds);
 
     Backing backing() const noexcept { return backing_; }
     /// Declares the memfds lazily filled (snapshot/uffd_backend sets it).

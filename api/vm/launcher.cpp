@@ -154,6 +154,10 @@ StartedVm start_vm(const SandboxSpec& spec, bool attached, int signal_fd) {
         args.push_back(std::filesystem::absolute(spec.restore_dir).string());
         args.push_back("--memory-backend");
         args.push_back(spec.memory_backend);
+        if (!spec.fork_memory.empty()) {
+            args.push_back("--fork-memory");
+            args.push_back(spec.fork_memory);
+        }
     }
     for (const std::string& d : spec.disks) {
         args.push_back("--disk");

@@ -27,6 +27,8 @@ struct SandboxSpec {
     /// image and disks then come from the snapshot and the fields above are ignored).
     std::string restore_dir;
     std::string memory_backend = "file";  ///< restore only: "file" or "uffd"
+    /// restore_dir is a fork base: the parent's frozen RAM as VmmOptions::fork_memory says.
+    std::string fork_memory;
 };
 
 /// <cache_dir()>/rootfs/default/disk.ext4, the image tools/rootfs/build makes.

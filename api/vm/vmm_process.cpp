@@ -6,9 +6,11 @@
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -285,6 +287,7 @@ public:
         server.add_command("pause", [this](const ControlRequest&) { return pause(); });
         server.add_command("resume", [this](const ControlRequest&) { return resume(); });
         server.add_command("snapshot", [this](const ControlRequest& r) { return snapshot(r.body); });
+        server.add_command("fork", [this](const ControlRequest& r) { return fork(r.body); });
         server.add_command("stop", [this](const ControlRequest& r) { return stop(r.body); });
     }
 
@@ -335,6 +338,86 @@ private:
         return it->get<bool>();
     }
 
+    // The previous snapshot's background copy must finish before the next snapshot or
+    // fork: one write-protect copy at a time, and a fork remaps the RAM it protects.
+    // Holds snapshot_mutex_.
+    void finish_pending() {
+        for (auto& p : pending_) {
+            try {
+                p->wait_durable();
+            } catch (const std::exception& e) {
+                log_line(fmt::format("snapshot {}: {}", p->dir(), e.what()));
+            }
+        }
+        pending_.clear();
+    }
+
+    // fork dir: pauses, freezes disks and RAM as a fork base (LinuxVm::fork) and
+    // resumes; the children open the frozen layer through /proc/<pid>/fd (same user),
+    // checked by inode: "memfds" is "PID:FD:INODE,..." for VmmOptions::fork_memory.
+    json fork(const json& body) {
+        auto it = body.find("dir");
+        if (it == body.end() || !it->is_string() || it->get<std::string>().empty() ||
+            it->get<std::string>().front() != '/')
+            throw ControlCommandError("\"dir\" must be an absolute path");
+        const std::string dir = it->get<std::string>();
+        std::error_code ec;
+        if (std::filesystem::exists(dir, ec) && !std::filesystem::is_empty(dir, ec))
+            throw ControlCommandError(fmt::format("{}: exists and is not empty (a fork base needs a new directory)", dir));
+        std::lock_guard lock(snapshot_mutex_);
+        finish_pending();
+        vm_.wait_compaction();
+        const VmState before = life_.state();
+        if (before != VmState::running && before != VmState::paused)
+            throw ControlCommandError(fmt::format("cannot fork: the VM is {}", to_string(before)));
+        const auto t0 = Clock::now();
+        const bool was_paused = before == VmState::paused;
+        if (!was_paused) {
+            machine_.pause();
+            if (!life_.transition(VmState::running, VmState::paused)) {
+                machine_.resume();
+                throw ControlCommandError(fmt::format("cannot fork: the VM is {}", to_string(life_.state())));
+            }
+        }
+        snapshot::ForkImage image;
+        try {
+            LinuxSnapshotRequest request;
+            request.dir = dir;
+            request.config = config_;
+            request.sync = false;
+            request.new_top_path = [this](size_t index) {
+                return fmt::format("{}/{}-disk{}-{}.layer", paths_.dir, options_.id, index, ++layer_counter_);
+            };
+            image = vm_.fork(request);
+        } catch (const std::exception& e) {
+            if (!was_paused) {
+                machine_.resume();
+                life_.transition(VmState::paused, VmState::running);
+            }
+            throw ControlCommandError(fmt::format("fork {}: {}", dir, e.what()));
+        }
+        const int64_t pause_us = micros_since(t0);
+        if (!was_paused) {
+            machine_.resume();
+            life_.transition(VmState::paused, VmState::running);
+        }
+        std::string memfds;
+        for (const Fd& fd : image.memfds) {
+            struct stat st {};
+            if (::fstat(fd.get(), &st) != 0) throw ControlCommandError(fmt::format("fork: fstat: {}", ::strerror(errno)));
+            memfds += fmt::format("{}{}:{}:{}", memfds.empty() ? "" : ",", ::getpid(), fd.get(), st.st_ino);
+        }
+        json out{{"dir", dir},
+                 {"memfds", memfds},
+                 {"fork_ms", static_cast<double>(micros_since(t0)) / 1000},
+                 {"pause_ms", static_cast<double>(pause_us) / 1000},
+                 {"copied_pages", image.copied_pages},
+                 {"state", to_string(life_.state())}};
+        // Held until the next fork: the children open them by number meanwhile.
+        fork_layer_ = std::move(image.memfds);
+        return out;
+    }
+
     json snapshot(const json& body) {
         auto it = body.find("dir");
         if (it == body.end() || !it->is_string() || it->get<std::string>().empty() ||
@@ -350,15 +433,7 @@ private:
         if (std::filesystem::exists(dir, ec) && !std::filesystem::is_empty(dir, ec))
             throw ControlCommandError(fmt::format("{}: exists and is not empty (a snapshot needs a new directory)", dir));
         std::lock_guard lock(snapshot_mutex_);  // one snapshot at a time
-        // The previous snapshot's background copy must finish first: one write-protect copy at a time.
-        for (auto& p : pending_) {
-            try {
-                p->wait_durable();
-            } catch (const std::exception& e) {
-                log_line(fmt::format("snapshot {}: {}", p->dir(), e.what()));
-            }
-        }
-        pending_.clear();
+        finish_pending();
         // A disk compaction started by the previous snapshot ends first, outside the pause.
         vm_.wait_compaction();
         const VmState before = life_.state();
@@ -467,6 +542,7 @@ private:
     Lifecycle& life_;
     std::mutex snapshot_mutex_;
     std::vector<std::unique_ptr<snapshot::PendingSnapshot>> pending_;  // not yet known durable
+    std::vector<Fd> fork_layer_;  // the last fork's frozen layer, for its children to open
     uint32_t layer_counter_ = 0;
     Clock::time_point started_;
     std::thread stopper_;  // at most one: a second stop finds the state stopping
@@ -548,6 +624,40 @@ BootOptions restored_boot_options(const json& saved, const std::string& dir, con
     return boot;
 }
 
+// Opens a fork parent's frozen layer from VmmOptions::fork_memory ("PID:FD:INODE,...")
+// through /proc/PID/fd/FD, refusing a file whose inode is not the one the parent
+// reported (the parent stopped, or forked again and reused the number).
+std::vector<Fd> open_fork_memory(const std::string& spec) {
+    std::vector<Fd> out;
+    size_t pos = 0;
+    while (pos <= spec.size()) {
+        const size_t comma = std::min(spec.find(',', pos), spec.size());
+        const std::string item = spec.substr(pos, comma - pos);
+        unsigned long pid = 0, fd = 0, inode = 0;
+        char tail = 0;
+        if (std::sscanf(item.c_str(), "%lu:%lu:%lu%c", &pid, &fd, &inode, &tail) != 3)
+            throw Error(fmt::format("--fork-memory {}: '{}' is not PID:FD:INODE", spec, item));
+        const std::string path = fmt::format("/proc/{}/fd/{}", pid, fd);
+        Fd file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+        if (!file)
+            throw Error(fmt::format("fork: the parent's memory layer {}: {} (did the parent VM stop?)", path,
+                                    ::strerror(errno)));
+        struct stat st {};
+        if (::fstat(file.get(), &st) != 0) throw_errno("fstat " + path);
+        if (st.st_ino != inode)
+            throw Error(fmt::format("fork: {} is not the parent's memory layer any more (inode {}, expected {}; the "
+                                    "parent forked again or stopped)",
+                                    path, st.st_ino, inode));
+        out.push_back(std::move(file));
+        pos = comma + 1;
+    }
+    return out;
+}
+
+std::vector<Fd> open_fork_memory_if(const std::string& spec) {
+    return spec.empty() ? std::vector<Fd>{} : open_fork_memory(spec);
+}
+
 int serve(const VmmOptions& requested, ReadyPipe& pipe) {
     if (!is_vm_id(requested.id)) throw Error(fmt::format("{}: not a VM id", requested.id));
     VmmOptions options = requested;
@@ -568,6 +678,9 @@ int serve(const VmmOptions& requested, ReadyPipe& pipe) {
             throw Error(fmt::format("--memory-backend {}: must be file or uffd", options.memory_backend));
         const auto backend =
             options.memory_backend == "uffd" ? snapshot::MemoryBackend::uffd : snapshot::MemoryBackend::file;
+        const std::vector<Fd> fork_memory = open_fork_memory_if(options.fork_memory);
+        std::vector<int> fork_memfds;
+        for (const Fd& fd : fork_memory) fork_memfds.push_back(fd.get());
         vm = std::make_unique<LinuxVm>(
             options.restore_dir, backend,
             [&](const json& saved) {
@@ -578,9 +691,12 @@ int serve(const VmmOptions& requested, ReadyPipe& pipe) {
                 }
                 return boot;
             },
-            console.get());
-        log_line(fmt::format("restored {} ({} backend) in {:.1f} ms: memory, vCPU and device state, disk layers",
-                             options.restore_dir, options.memory_backend, snapshot::ms_since(restore_start)));
+            console.get(), fork_memfds);
+        log_line(fmt::format("restored {} ({}) in {:.1f} ms: memory, vCPU and device state, disk layers",
+                             options.restore_dir,
+                             fork_memfds.empty() ? options.memory_backend + " backend"
+                                                 : "a fork: memory mapped from the parent's frozen layer",
+                             snapshot::ms_since(restore_start)));
     } else {
         if (options.image.empty()) throw Error("--image is required");
         create_scratch_disk(paths.disk());

@@ -23,6 +23,14 @@
 //                            {"dir", "snapshot_ms" (request -> running again), "pause_ms",
 //                             "durable", "durable_ms" (with wait_durable)}. `dir` must be
 //                            absolute and missing or empty.
+//   fork dir                 pauses (unless paused), drains the devices, freezes the
+//                            writable disk and guest RAM (snapshot/fork_image.hpp: the
+//                            RAM becomes a shared sealed layer; this VM goes on over a
+//                            private copy-on-write mapping of it), writes the fork base
+//                            `dir` (vm.state, disk layers, manifest; no fsync) and
+//                            resumes; {"dir", "memfds" ("PID:FD:INODE,...", for the
+//                            children's fork_memory), "fork_ms", "pause_ms",
+//                            "copied_pages", "state"}.
 //   stop [force] [timeout_ms]  graceful: the agent powers the guest off; after
 //                            timeout_ms (default 10000) or with force: the VMM stops the
 //                            vCPUs at once. Answers {"state": "stopping"} right away.
@@ -50,6 +58,10 @@ struct VmmOptions {
     /// resynced by its agent: RNG reseeded, wall clock stepped, hostname = the id.
     std::string restore_dir;
     std::string memory_backend = "file";  ///< "file" or "uffd" (snapshot::MemoryBackend)
+    /// With restore_dir (a fork base): the parent VMM's frozen memory layer as
+    /// "PID:FD:INODE[,...]" (one per RAM region), opened through /proc/PID/fd/FD and
+    /// mapped privately (snapshot/fork_image.hpp); memory_backend is then unused.
+    std::string fork_memory;
 };
 
 /// The guest kernel parameters a sandbox boots with (besides the device ones): the

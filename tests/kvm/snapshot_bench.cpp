@@ -13,9 +13,10 @@
 // Restore and fork children are build/tests/kvm/snapshot_child --until-running: each
 // reports when both of its vCPUs' counters have moved and checks that they went on
 // from the snapshot's values (exit 1 otherwise).
-// Fork n: pause, a diff snapshot over the last one, resume, until durable, flatten the
-// chain into memory.flat, then n children restore it at once (file backend: each a
-// MAP_PRIVATE of that flat file); request -> the last child's vCPUs run.
+// Fork n: of a fresh parent of the same shape: pause, freeze its RAM as a shared
+// layer of sealed memfds (snapshot/fork_image.hpp), resume; n children map it
+// privately at once; request -> the last child's vCPUs run. fork1_second: the same
+// parent forked again (its RAM is private by then, so its layer is a copy).
 // Usage: snapshot_bench --dir DIR [--runs N] [--where native|testhost] [--copy background|in-pause]
 //                       [--forks N,N...] [--paced] [--memory-only]
 // --copy in-pause keeps the memory copy inside the pause (the first slice's way),
@@ -26,6 +27,7 @@
 // scan + base layer write, 16 MiB diff layer, flatten, map of the flat file) of the
 // same 1024 MiB memory with 256 MiB written, so it runs on any build machine.
 #include <spawn.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -43,6 +45,7 @@
 
 #include <fmt/format.h>
 
+#include "snapshot/fork_image.hpp"
 #include "snapshot/snapshot_dir.hpp"
 #include "tests/kvm/probe.hpp"
 #include "tests/kvm/snapshot_probe.hpp"
@@ -354,41 +357,71 @@ int run(int argc, char** argv) {
             f.add("restore_" + backend + "_in_process", std::stod(out.at("running_ms")));
         }
 
-        // fork n: a diff snapshot over the last one (the VM resumes as soon as the
-        // call returns), until durable, its flat file, then n children restoring it
-        // at once (file backend: each MAP_PRIVATE of the same flat file) until the
-        // last child's vCPUs run. Each child checks its counters go on from the
-        // snapshot (snapshot_child --until-running).
-        std::string last = diff;
+        // fork n (snapshot/fork_image.hpp), of a parent of the same shape made for it
+        // (a fork turns the parent's RAM private; the bench's VM stays a plain memfd):
+        // pause, freeze its RAM as the shared layer + capture vm.state, resume; n
+        // children (snapshot_child --fork-fds: the state and the layer inherited)
+        // restore at once; request -> the last child's vCPUs run. Each child checks
+        // its counters go on from the fork (--until-running). Then a second fork n=1
+        // of the same parent, whose RAM is private now (its layer is a copy).
         for (const int n : forks) {
-            const std::string fork_dir = fmt::format("{}/fork{}_{}", dir, n, r);
             const std::string name = fmt::format("fork{}", n);
-            t = Clock::now();
-            machine.pause();
-            auto fpending = snapshot::start_diff_snapshot(kvm, machine, fork_dir, last, &tracker, mode);
-            machine.resume();
-            f.add(name + "_resumed", ms_since(t));
-            fpending->wait_durable();
-            fpending.reset();
-            f.add(name + "_durable", ms_since(t));
-            snapshot::ensure_flat_memory(fork_dir);
-            f.add(name + "_flat", ms_since(t));
-            std::vector<Child> children;
-            for (int k = 0; k < n; ++k)
-                children.push_back(spawn_child({child, "--dir", fork_dir, "--backend", "file", "--until-running"}));
-            Clock::time_point last_running = t;
-            double restore_call = 0;
-            std::vector<std::map<std::string, std::string>> outs;
-            for (Child& c : children) outs.push_back(collect(c));  // all reaped before any check throws
-            for (int k = 0; k < n; ++k) {
-                const auto& out = outs[k];
-                check_child(out, fmt::format("fork {} child {}", n, k));
-                last_running = std::max(last_running, running_at(out));
-                restore_call = std::max(restore_call, std::stod(out.at("restore_ms")));
+            Machine parent(kvm, GuestMemory::create(1024 * MiB), {.vcpus = 2, .irqchip = true, .log_dirty_pages = true});
+            fill(parent.memory(), 32 * MiB, 256 * MiB, 0x5a5a5a5a5a5a5a5aULL);
+            test::install_counter_loops(parent);
+            test::RecordingPio ppio;
+            test::RecordingMmio pmmio;
+            std::thread prunner([&] { (void)test::run_bounded(parent, ppio, pmmio, std::chrono::minutes(10)); });
+            try {
+                std::this_thread::sleep_for(std::chrono::milliseconds(100));
+                for (const bool second : {false, true}) {
+                    if (second && n != 1) break;
+                    const std::string key = second ? "fork1_second" : name;
+                    t = Clock::now();
+                    parent.pause();
+                    snapshot::ForkImage image = snapshot::freeze_for_fork(kvm, parent);
+                    parent.resume();
+                    f.add(key + "_resumed", ms_since(t));
+                    f.add(key + "_copied_pages", static_cast<double>(image.copied_pages));
+                    // Inherited by the children: the state in a memfd, the layer (no CLOEXEC).
+                    const Fd state(::memfd_create("fork-state", 0));
+                    if (!state) throw_errno("memfd_create");
+                    if (::pwrite(state.get(), image.state.data(), image.state.size(), 0) !=
+                        static_cast<ssize_t>(image.state.size()))
+                        throw_errno("pwrite fork state");
+                    std::string fds = std::to_string(state.get());
+                    std::vector<Fd> layer;
+                    for (const Fd& fd : image.memfds) {
+                        layer.emplace_back(::fcntl(fd.get(), F_DUPFD, 3));
+                        if (!layer.back()) throw_errno("dup");
+                        fds += "," + std::to_string(layer.back().get());
+                    }
+                    std::vector<Child> children;
+                    const int count = second ? 1 : n;
+                    for (int k = 0; k < count; ++k)
+                        children.push_back(spawn_child({child, "--fork-fds", fds, "--until-running"}));
+                    Clock::time_point last_running = t;
+                    double restore_call = 0;
+                    std::vector<std::map<std::string, std::string>> outs;
+                    for (Child& c : children) outs.push_back(collect(c));  // all reaped before any check throws
+                    for (int k = 0; k < count; ++k) {
+                        const auto& out = outs[k];
+                        check_child(out, fmt::format("{} child {}", key, k));
+                        last_running = std::max(last_running, running_at(out));
+                        restore_call = std::max(restore_call, std::stod(out.at("restore_ms")));
+                    }
+                    f.add(key, std::chrono::duration<double, std::milli>(last_running - t).count());
+                    f.add(key + "_child_restore_call_max", restore_call);
+                }
+            } catch (...) {
+                parent.resume();
+                parent.request_stop("bench failed");
+                prunner.join();
+                throw;
             }
-            f.add(name, std::chrono::duration<double, std::milli>(last_running - t).count());
-            f.add(name + "_child_restore_call_max", restore_call);
-            last = fork_dir;
+            parent.resume();
+            parent.request_stop("fork done");
+            prunner.join();
         }
         if (paced) std::cout << "round " << f.round_json() << std::endl;
         for (const auto& d : std::filesystem::directory_iterator(dir)) std::filesystem::remove_all(d.path());

@@ -11,6 +11,14 @@
 //   and how many are outside [counter as restored, counter_after])
 // with --snapshot-to OUT: a diff snapshot of the restored VM over --dir into OUT
 //   snapshot_ms=..., snapshot_pages=N
+// with --full-snapshot-to OUT: a full snapshot of it (memory copied in the background
+// when the backing allows) into OUT, after the run, until durable:
+//   full_snapshot_background=0|1, full_snapshot_ram_crc=0x... (RAM at its pause)
+// --fork-fds STATE_FD,MEMFD[,MEMFD] instead of --dir: a fork child
+// (snapshot/fork_image.hpp): vm.state bytes read from the inherited fd STATE_FD,
+// RAM a private mapping of the inherited frozen memfds.
+// --mark V: right after the restore, store the dword V at GPA kMarkGpa (20 MiB);
+// after --run-ms, print mark=V' as read back then (another VM's store would show).
 //   uffd_faults=N, stop=<reason>; error=<message> and exit 1 on failure.
 // with --until-running (for tools/bench/run snapshot: restore and fork "until the
 // vCPUs run"): runs until every vCPU's counter has moved on from its restored value,
@@ -21,17 +29,23 @@
 //   counter<i>_after=N    and exit 1 (error=...) unless, in vCPU i's area, the values
 //                         above the restored counter are exactly restored+1 ..
 //                         counter_after, each once (no gap, no value from nowhere)
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "snapshot/fork_image.hpp"
 #include "snapshot/snapshot_dir.hpp"
 #include "tests/kvm/probe.hpp"
 #include "tests/kvm/snapshot_probe.hpp"
@@ -43,6 +57,21 @@ using namespace nanovm;
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+constexpr uint64_t kMarkGpa = 20 * MiB;
+
+/// Everything readable from inherited fd `fd` (from offset 0).
+std::vector<uint8_t> read_fd(int fd) {
+    std::vector<uint8_t> out;
+    uint8_t buf[65536];
+    for (off_t at = 0;;) {
+        const ssize_t n = ::pread(fd, buf, sizeof(buf), at);
+        if (n < 0) throw_errno(fmt::format("pread(fd {})", fd));
+        if (n == 0) return out;
+        out.insert(out.end(), buf, buf + n);
+        at += n;
+    }
+}
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
@@ -116,7 +145,8 @@ int run_until_running(Machine& machine, Clock::time_point restore_start) {
 }
 
 int run(int argc, char** argv) {
-    std::string dir, backend = "file", snapshot_to;
+    std::string dir, backend = "file", snapshot_to, full_snapshot_to, fork_fds;
+    std::optional<uint32_t> mark;
     int run_ms = 0;
     bool want_ram_crc = false, until_running = false;
     std::vector<uint64_t> samples;
@@ -131,17 +161,34 @@ int run(int argc, char** argv) {
         else if (a == "--run-ms") run_ms = std::stoi(next());
         else if (a == "--sample") samples.push_back(std::stoull(next(), nullptr, 0));
         else if (a == "--snapshot-to") snapshot_to = next();
+        else if (a == "--full-snapshot-to") full_snapshot_to = next();
+        else if (a == "--fork-fds") fork_fds = next();
+        else if (a == "--mark") mark = static_cast<uint32_t>(std::stoul(next(), nullptr, 0));
         else if (a == "--ram-crc") want_ram_crc = true;
         else if (a == "--until-running") until_running = true;
         else throw Error("unknown argument " + a);
     }
-    if (dir.empty()) throw Error("--dir is required");
+    if (dir.empty() == fork_fds.empty()) throw Error("one of --dir and --fork-fds is required");
     if (backend != "file" && backend != "uffd") throw Error("--backend is file or uffd");
+    if (!snapshot_to.empty() && dir.empty()) throw Error("--snapshot-to needs --dir (the diff's parent)");
 
     const Kvm kvm = Kvm::open();
     const auto t = Clock::now();
-    snapshot::RestoredMachine restored = snapshot::restore_snapshot(
-        kvm, dir, backend == "file" ? snapshot::MemoryBackend::file : snapshot::MemoryBackend::uffd);
+    snapshot::RestoredMachine restored;
+    if (!fork_fds.empty()) {
+        std::vector<int> fds;
+        for (size_t pos = 0; pos <= fork_fds.size();) {
+            const size_t comma = std::min(fork_fds.find(',', pos), fork_fds.size());
+            fds.push_back(std::stoi(fork_fds.substr(pos, comma - pos)));
+            pos = comma + 1;
+        }
+        if (fds.size() < 2) throw Error("--fork-fds: STATE_FD,MEMFD[,MEMFD]");
+        const std::vector<uint8_t> state = read_fd(fds[0]);
+        restored = snapshot::restore_fork(kvm, state, std::span<const int>(fds).subspan(1));
+    } else {
+        restored = snapshot::restore_snapshot(
+            kvm, dir, backend == "file" ? snapshot::MemoryBackend::file : snapshot::MemoryBackend::uffd);
+    }
     std::cout << fmt::format("restore_ms={:.3f}\nmemory_ms={:.3f}\nstate_ms={:.3f}\n", ms_since(t), restored.memory_ms,
                              restored.state_ms);
     Machine& machine = *restored.machine;
@@ -161,6 +208,7 @@ int run(int argc, char** argv) {
             areas.emplace_back(area.begin(), area.end());
         }
     }
+    if (mark) memory.write<uint32_t>(Gpa(kMarkGpa), *mark);  // after ram_crc: that is the image's
     if (run_ms > 0) {
         test::RecordingPio pio;
         test::RecordingMmio mmio;
@@ -189,12 +237,21 @@ int run(int argc, char** argv) {
             std::cout << fmt::format("first_new{}={}\nchanged{}={}\nout_of_range{}={}\n", i, first_new, i, changed, i,
                                      out_of_range);
         }
+        if (mark) std::cout << fmt::format("mark={:#x}\n", memory.read<uint32_t>(Gpa(kMarkGpa)));
+        std::unique_ptr<snapshot::PendingSnapshot> full;
+        if (!full_snapshot_to.empty()) {
+            std::cout << fmt::format("full_snapshot_ram_crc={:#010x}\n", test::ram_crc(memory));
+            full = snapshot::start_full_snapshot(kvm, machine, full_snapshot_to, nullptr);
+            std::cout << fmt::format("full_snapshot_background={}\n", full->stats().background ? 1 : 0);
+            if (!full->stats().fallback.empty()) std::cout << "full_snapshot_fallback=" << full->stats().fallback << "\n";
+        }
         if (!snapshot_to.empty()) {
             const auto ts = Clock::now();
             const snapshot::SnapshotStats stats = snapshot::write_diff_snapshot(kvm, machine, snapshot_to, dir, nullptr);
             std::cout << fmt::format("snapshot_ms={:.3f}\nsnapshot_pages={}\n", ms_since(ts), stats.present_pages);
         }
         machine.resume();
+        if (full) full->wait_durable();  // copied while the guest runs on
         machine.request_stop("child done");
         runner.join();
         std::cout << "stop=" << reason.describe() << "\n";

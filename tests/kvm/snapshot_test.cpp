@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <set>
 #include <string>
 #include <thread>
@@ -23,6 +25,8 @@
 #include <fmt/format.h>
 
 #include "devices/virtio/chain_io.hpp"
+#include "snapshot/crc32c.hpp"
+#include "snapshot/fork_image.hpp"
 #include "snapshot/memory_layer.hpp"
 #include "snapshot/prefetch_list.hpp"
 #include "snapshot/snapshot_dir.hpp"
@@ -269,6 +273,143 @@ TEST_CASE("a diff snapshot holds exactly the pages dirtied since the last one, d
     REQUIRE(again.at("exit") == "0");
     CHECK(again.at("counter0") == counter_after);  // s3 = the restored VM at its pause
     CHECK(std::stoul(again.at("counter0_after")) > std::stoul(counter_after));
+}
+
+TEST_CASE("fork(4) over a frozen memfd layer: each child goes on from the parent's pause in memory of its own; "
+          "parent and child are snapshotted and forked again",
+          "[kvm][snapshot][fork]") {
+    use_scratch();
+    test::TempDir dir("fork");
+    const Kvm kvm = Kvm::open();
+    Machine machine(kvm, GuestMemory::create(64 * MiB), {.vcpus = 2, .irqchip = true, .log_dirty_pages = true});
+    DirtyTracker tracker = tracker_for(machine.memory());
+    machine.memory().set_dirty_tracker(&tracker);
+    test::install_counter_loops(machine);
+    Running running(machine);
+    REQUIRE(eventually([&] { return counter(machine, 0) > 3000; }));
+    machine.pause();
+    const std::string s0 = dir.file("s0"), s1 = dir.file("s1"), child_snap = dir.file("child0");
+    snapshot::write_full_snapshot(kvm, machine, s0, &tracker);  // the parent's last snapshot before the fork
+    const uint32_t c_s0 = counter(machine, 0);
+    machine.resume();
+    REQUIRE(eventually([&] { return counter(machine, 0) > c_s0 + 500; }));
+
+    machine.pause();
+    const uint32_t c0 = counter(machine, 0), c1 = counter(machine, 1);
+    const uint32_t crc = test::ram_crc(machine.memory());
+    auto t = Clock::now();
+    snapshot::ForkImage image = snapshot::freeze_for_fork(kvm, machine);
+    const double freeze_ms = ms_since(t);
+    machine.resume();
+    std::cout << fmt::format("timing: fork freeze {:.3f} ms (state {:.3f} ms, remap + seal {:.3f} ms)\n", freeze_ms,
+                             image.state_ms, image.freeze_ms);
+    CHECK(image.copied_pages == 0);  // a plain memfd is frozen as it is
+    CHECK(machine.memory().backing() == GuestMemory::Backing::private_memfd);
+    REQUIRE(image.memfds.size() == 1);
+    // The children inherit the state (in a memfd) and the frozen layer.
+    const Fd state(::memfd_create("fork-state", 0));  // no CLOEXEC: inherited
+    REQUIRE(state.valid());
+    REQUIRE(::pwrite(state.get(), image.state.data(), image.state.size(), 0) == static_cast<ssize_t>(image.state.size()));
+    const Fd layer(::fcntl(image.memfds[0].get(), F_DUPFD, 3));
+    REQUIRE(layer.valid());
+    const std::string fds = fmt::format("{},{}", state.get(), layer.get());
+    // The frozen layer cannot be written any more (sealed).
+    CHECK(::pwrite(layer.get(), "x", 1, 0) == -1);
+
+    constexpr int kChildren = 4;
+    std::vector<std::map<std::string, std::string>> outs(kChildren);
+    {
+        std::vector<std::thread> threads;
+        for (int k = 0; k < kChildren; ++k)
+            threads.emplace_back([&, k] {
+                outs[k] = test::run_child(child(fmt::format("--fork-fds {} --run-ms 300 --ram-crc --mark {:#x}{}", fds,
+                                                            0xc0de0000 + k,
+                                                            k == 0 ? " --full-snapshot-to " + child_snap : "")));
+            });
+        for (std::thread& th : threads) th.join();
+    }
+    for (int k = 0; k < kChildren; ++k) {
+        const auto& out = outs[k];
+        INFO("child " << k << ": error=" << (out.count("error") ? out.at("error") : ""));
+        REQUIRE(out.at("exit") == "0");
+        CHECK(out.at("ram_crc") == fmt::format("{:#010x}", crc));  // the parent's RAM at the freeze
+        CHECK(std::stoul(out.at("counter0")) == c0);
+        CHECK(std::stoul(out.at("counter1")) == c1);
+        CHECK(std::stoul(out.at("counter0_after")) > c0);
+        CHECK(out.at("out_of_range0") == "0");
+        CHECK(out.at("out_of_range1") == "0");
+        CHECK(out.at("mark") == fmt::format("{:#x}", 0xc0de0000 + k));  // no other child's store reached it
+    }
+    // After four children ran over it, the layer still holds the parent's RAM at the freeze.
+    void* frozen = ::mmap(nullptr, 64 * MiB, PROT_READ, MAP_SHARED, layer.get(), 0);
+    REQUIRE(frozen != MAP_FAILED);
+    CHECK(snapshot::crc32c({static_cast<const uint8_t*>(frozen), 64 * MiB}) == crc);
+    ::munmap(frozen, 64 * MiB);
+
+    // A child's full snapshot (its RAM: the shared layer plus its own pages) restores
+    // to exactly the RAM it had then.
+    CHECK(outs[0].at("full_snapshot_background") == "1");
+    const auto restored_child = test::run_child(child("--dir " + child_snap + " --ram-crc"));
+    REQUIRE(restored_child.at("exit") == "0");
+    CHECK(restored_child.at("ram_crc") == outs[0].at("full_snapshot_ram_crc"));
+
+    // The parent ran on over its own copy: no child's store is in it, and its dirty
+    // log went on across the remap, so a diff over s0 restores to exactly its RAM.
+    machine.pause();
+    const uint32_t c0_parent = counter(machine, 0);
+    CHECK(c0_parent > c0);
+    CHECK(machine.memory().read<uint32_t>(Gpa(20 * MiB)) == 0);
+    const uint32_t crc_parent = test::ram_crc(machine.memory());
+    snapshot::write_diff_snapshot(kvm, machine, s1, s0, &tracker);
+    const auto restored_parent = test::run_child(child("--dir " + s1 + " --ram-crc"));
+    REQUIRE(restored_parent.at("exit") == "0");
+    CHECK(restored_parent.at("ram_crc") == fmt::format("{:#010x}", crc_parent));
+
+    // A VM restored with the uffd backend forks too: its RAM is read in (faulting in
+    // what is left), copied into the layer, and its uffd server stopped.
+    {
+        snapshot::RestoredMachine lazy = snapshot::restore_snapshot(kvm, s1, snapshot::MemoryBackend::uffd);
+        REQUIRE(lazy.machine->memory().backing() == GuestMemory::Backing::lazy_memfd);
+        snapshot::ForkImage from_lazy = snapshot::freeze_for_fork(kvm, *lazy.machine, {}, &lazy.uffd);
+        CHECK_FALSE(lazy.uffd);
+        CHECK(test::ram_crc(lazy.machine->memory()) == crc_parent);
+        std::vector<int> lazy_fds;
+        for (const Fd& fd : from_lazy.memfds) lazy_fds.push_back(fd.get());
+        snapshot::RestoredMachine lazy_child = snapshot::restore_fork(kvm, from_lazy.state, lazy_fds);
+        CHECK(test::ram_crc(lazy_child.machine->memory()) == crc_parent);
+    }
+
+    // Fork the parent again: its RAM is private now, so the new layer is a copy.
+    t = Clock::now();
+    snapshot::ForkImage again = snapshot::freeze_for_fork(kvm, machine);
+    std::cout << fmt::format("timing: second fork of the parent {:.3f} ms ({} pages copied)\n", ms_since(t),
+                             again.copied_pages);
+    CHECK(again.copied_pages > 0);
+    CHECK(test::ram_crc(machine.memory()) == crc_parent);
+    running.stop();
+
+    // A child of that fork runs, then is forked itself; the grandchild starts from
+    // exactly the child's RAM and goes on counting.
+    std::vector<int> again_fds;
+    for (const Fd& fd : again.memfds) again_fds.push_back(fd.get());
+    snapshot::RestoredMachine child_vm = snapshot::restore_fork(kvm, again.state, again_fds);
+    CHECK(counter(*child_vm.machine, 0) == c0_parent);
+    Running child_running(*child_vm.machine);
+    REQUIRE(eventually([&] { return counter(*child_vm.machine, 0) > c0_parent + 300; }));
+    child_vm.machine->pause();
+    const uint32_t c0_child = counter(*child_vm.machine, 0);
+    const uint32_t crc_child = test::ram_crc(child_vm.machine->memory());
+    snapshot::ForkImage grand = snapshot::freeze_for_fork(kvm, *child_vm.machine);
+    child_running.stop();
+    std::vector<int> grand_fds;
+    for (const Fd& fd : grand.memfds) grand_fds.push_back(fd.get());
+    snapshot::RestoredMachine grandchild = snapshot::restore_fork(kvm, grand.state, grand_fds);
+    CHECK(test::ram_crc(grandchild.machine->memory()) == crc_child);
+    CHECK(counter(*grandchild.machine, 0) == c0_child);
+    Running grand_running(*grandchild.machine);
+    CHECK(eventually([&] { return counter(*grandchild.machine, 0) > c0_child; }));
+    const StopReason reason = grand_running.stop();
+    CHECK(reason.kind == StopReason::Kind::requested);
 }
 
 TEST_CASE("a 4096 MiB guest with RAM above 4 GiB (two memslots) round-trips through both backends",

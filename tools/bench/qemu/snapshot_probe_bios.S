@@ -4,8 +4,11 @@
 #   - reset vector (offset 0xFFF0) -> far jump to F000:0000 (offset 0 = GPA 0xF0000)
 #   - flat 32-bit protected mode, GDT kept in this ROM (descriptors with the accessed
 #     bit already set, 0x9B/0x93: the CPU cannot write it into ROM)
-#   - fills [32 MiB, 288 MiB): each 8-byte word = its GPA ^ 0x5a5a5a5a5a5a5a5a
-#     (snapshot_bench's fill())
+#   - makes [32 MiB, 288 MiB) non-zero: the first 8-byte word of each page = its GPA ^
+#     0x5a5a5a5a5a5a5a5a (snapshot_bench's fill() writes every word the same way). The
+#     same 65536 non-zero pages, which QEMU's migration sends whole; one store per page
+#     because on a PVM /dev/kvm this code runs in KVM's instruction emulator (every
+#     word took ~90 s there, measured 2026-11-30).
 #   - writes 'R' to the debug console port 0x402 (isa-debugcon): the harness waits for it
 #   - then vCPU 0's counter loop of the nanovm probe (snapshot_probe.hpp, standard_loop(0)):
 #     increments the dword at 0x3000 and stores it into the next page of [1 MiB, 9 MiB).
@@ -42,7 +45,7 @@ fill:
 	xorl	$SALT, %eax
 	movl	%eax, (%edi)			# low dword: GPA ^ salt
 	movl	$SALT, 4(%edi)			# high dword: 0 ^ salt (GPA < 4 GiB)
-	addl	$8, %edi
+	addl	$4096, %edi			# next page
 	cmpl	$FILL_END, %edi
 	jb	fill
 	movb	$'R', %al

@@ -1,0 +1,133 @@
+#include "snapshot/fork_image.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "snapshot/memory_layer.hpp"
+#include "snapshot/snapshot_error.hpp"
+#include "snapshot/vm_state.hpp"
+#include "vmm/error.hpp"
+
+namespace nanovm::snapshot {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// A new sealable memfd of `size` bytes holding the pages of `r` set in `pages`
+/// (linear indices from `first`), written from the region's mapping.
+Fd copy_region(const MemoryRegion& r, uint64_t first, const PageBitmap& pages, uint64_t& copied) {
+    const std::string name = fmt::format("nanovm-fork-{:#x}", r.gpa.value);
+    Fd fd(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
+    if (!fd) throw_errno("memfd_create(fork layer)");
+    if (::ftruncate(fd.get(), static_cast<off_t>(r.size)) != 0) throw_errno("ftruncate(fork layer)");
+    for_each_page_run(pages, first, r.size / kPageSize, [&](uint64_t p, uint64_t n) {
+        const uint8_t* from = r.host + p * kPageSize;
+        uint64_t left = n * kPageSize, at = p * kPageSize;
+        while (left > 0) {
+            const ssize_t w = ::pwrite(fd.get(), from, left, static_cast<off_t>(at));
+            if (w < 0) {
+                if (errno == EINTR) continue;
+                throw_errno("pwrite(fork layer)");
+            }
+            from += w;
+            at += static_cast<uint64_t>(w);
+            left -= static_cast<uint64_t>(w);
+        }
+        copied += n;
+    });
+    return fd;
+}
+
+}  // namespace
+
+ForkImage freeze_for_fork(const Kvm& kvm, Machine& machine, std::string devices, std::unique_ptr<UffdServer>* uffd) {
+    GuestMemory& memory = machine.memory();
+    const bool lazy = memory.backing() == GuestMemory::Backing::lazy_memfd;
+    if (lazy && (!uffd || !*uffd))
+        throw Error("fork: guest RAM is filled by a uffd restore backend that was not given");
+    ForkImage image;
+    auto t = Clock::now();
+    VmState state = capture_vm_state(kvm, machine);
+    state.devices = std::move(devices);
+    image.state = encode_vm_state(state);
+    image.state_ms = ms_since(t);
+
+    t = Clock::now();
+    switch (memory.backing()) {
+        case GuestMemory::Backing::memfd:
+            for (const MemoryRegion& r : memory.regions()) {
+                Fd fd(::fcntl(r.memfd.get(), F_DUPFD_CLOEXEC, 0));
+                if (!fd) throw_errno("dup(guest RAM memfd)");
+                image.memfds.push_back(std::move(fd));
+            }
+            break;
+        case GuestMemory::Backing::private_memfd:
+        case GuestMemory::Backing::private_file:
+        case GuestMemory::Backing::lazy_memfd: {
+            const PageBitmap pages = nonzero_pages(memory);
+            uint64_t first = 0;
+            for (const MemoryRegion& r : memory.regions()) {
+                image.memfds.push_back(copy_region(r, first, pages, image.copied_pages));
+                first += r.size / kPageSize;
+            }
+            break;
+        }
+    }
+    if (lazy) {
+        // Every page is in now (the copy read them all); the prefetch thread may still
+        // be walking its list (finding pages present): let it end before the range it
+        // fills goes away.
+        const auto deadline = Clock::now() + std::chrono::seconds(30);
+        while (!(*uffd)->prefetch_done()) {
+            if (Clock::now() > deadline) throw Error("fork: the uffd restore backend's prefetch did not end in 30 s");
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+    }
+    std::vector<int> fds;
+    for (const Fd& fd : image.memfds) fds.push_back(fd.get());
+    memory.remap_private(fds);
+    // Nothing maps the memfds shared any more: from here on they cannot change.
+    for (const Fd& fd : image.memfds)
+        if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+            throw_errno("fcntl(F_ADD_SEALS) on the fork layer");
+    if (lazy) uffd->reset();  // its registration went with the old mappings
+    image.freeze_ms = ms_since(t);
+    return image;
+}
+
+RestoredMachine restore_fork(const Kvm& kvm, std::span<const uint8_t> bytes, std::span<const int> memfds,
+                             std::string_view what) {
+    RestoredMachine out;
+    auto t = Clock::now();
+    const VmState state = decode_vm_state(bytes, what);
+    out.devices = state.devices;
+    out.state_ms = ms_since(t);
+
+    t = Clock::now();
+    GuestMemory memory;
+    try {
+        memory = GuestMemory::map_memfds_private(memfds, state.machine.ram_bytes);
+    } catch (const Error& e) {
+        throw SnapshotError(fmt::format("{}: {}", what, e.what()));
+    }
+    out.memory_ms = ms_since(t);
+
+    t = Clock::now();
+    out.machine = make_restored_machine(kvm, std::move(memory), state);
+    out.state_ms += ms_since(t);
+    return out;
+}
+
+RestoredMachine restore_fork(const Kvm& kvm, const std::string& dir, std::span<const int> memfds) {
+    const std::string path = snapshot_part(dir, kStateFileName);
+    return restore_fork(kvm, read_checked_state(dir), memfds, path);
+}
+
+}  // namespace nanovm::snapshot

@@ -1,0 +1,67 @@
+// A fork's frozen layer (issue 5 "Fork(n <= 4)"): the paused parent's guest RAM
+// becomes a set of sealed memfds (F_SEAL_WRITE: nobody can change them any more)
+// that the parent and every child map MAP_PRIVATE. Each VM then writes into its own
+// private copy-on-write pages over the shared layer; nothing is written to disk and
+// nothing is copied when the parent's RAM is a plain memfd (the usual case: a booted
+// VM). Children receive the memfds by fd (inherited across exec, or SCM_RIGHTS) and
+// the vm.state bytes, and come up with restore_fork.
+//
+// The parent's mapping is replaced in place (same HVA, MAP_FIXED): KVM's memslots
+// stay, its MMU notifier drops the old translations (KVM API doc 4.35
+// KVM_SET_USER_MEMORY_REGION: "changes in the backing of the memory region are
+// automatically reflected into the guest"). Its dirty log and DirtyTracker go on
+// untouched, so a diff snapshot over its last snapshot stays exact.
+//
+// A VM whose RAM is already private (a fork child, a file-backend restore) gets a
+// fresh memfd per region holding a copy of its non-zero pages, frozen the same way:
+// correct, but O(pages in use). RAM served by the uffd restore backend is copied the
+// same way (reading it faults in what is left), then its server is stopped: the
+// range it served is gone.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "snapshot/snapshot_dir.hpp"
+#include "vmm/fd.hpp"
+#include "vmm/kvm.hpp"
+#include "vmm/machine.hpp"
+
+namespace nanovm::snapshot {
+
+/// What a child needs to become a copy of the parent at the freeze.
+struct ForkImage {
+    std::vector<uint8_t> state;  ///< encoded vm.state (snapshot/state_file.hpp format)
+    std::vector<Fd> memfds;      ///< the frozen layer: one sealed memfd per RAM region, GPA order
+    uint64_t copied_pages = 0;   ///< pages copied into fresh memfds (0: the parent's memfds were frozen as they were)
+    double state_ms = 0;         ///< capture + encoding of vm.state, ms
+    double freeze_ms = 0;        ///< copy (if any) + remapping + sealing, ms
+};
+
+/// Freezes the RAM of a paused `machine` (devices quiesced: nothing may touch guest
+/// RAM meanwhile) as described above and captures its state, with `devices` as
+/// vm.state's devices section. The machine may resume as soon as this returns.
+/// `uffd`: the server of RAM restored with the uffd backend (Backing::lazy_memfd;
+/// required then): once every page is in, it is stopped and reset. Throws Error
+/// (lazy RAM without its server), SysError naming the step (memfd_create, pwrite,
+/// mmap, F_ADD_SEALS); a failure before the remap leaves the parent as it was.
+ForkImage freeze_for_fork(const Kvm& kvm, Machine& machine, std::string devices = {},
+                          std::unique_ptr<UffdServer>* uffd = nullptr);
+
+/// Makes a new Machine (not run yet) from a ForkImage: `state` as vm.state bytes
+/// (validated like a vm.state file; `what` names it in errors), RAM a MAP_PRIVATE
+/// mapping of each of `memfds` (one per region, each at least the region's size).
+/// memory_ms / state_ms are filled; `uffd` stays empty. Throws SnapshotError for a
+/// bad state or RAM size mismatch, SysError (mmap, KVM ioctls).
+RestoredMachine restore_fork(const Kvm& kvm, std::span<const uint8_t> state, std::span<const int> memfds,
+                             std::string_view what = "fork state");
+
+/// restore_fork with the state from directory `dir`'s vm.state (a fork base: a
+/// manifest listing vm.state, and disk layers, but no memory layer), checked
+/// against the manifest first. Throws SnapshotError naming the part, as restore_fork.
+RestoredMachine restore_fork(const Kvm& kvm, const std::string& dir, std::span<const int> memfds);
+
+}  // namespace nanovm::snapshot
