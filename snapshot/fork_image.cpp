@@ -92,14 +92,22 @@ ForkImage freeze_for_fork(const Kvm& kvm, Machine& machine, std::string devices,
     }
     std::vector<int> fds;
     for (const Fd& fd : image.memfds) fds.push_back(fd.get());
-    memory.remap_private(fds);
-    // Nothing maps the memfds shared any more: from here on they cannot change.
-    for (const Fd& fd : image.memfds)
-        if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
-            throw_errno("fcntl(F_ADD_SEALS) on the fork layer");
+    image.retired = memory.remap_private(fds);
     if (lazy) uffd->reset();  // its registration went with the old mappings
     image.freeze_ms = ms_since(t);
     return image;
+}
+
+void finish_fork(ForkImage& image) {
+    if (image.memfds.empty()) return;
+    image.retired.release();
+    // Nothing maps the memfds shared any more: from here on they cannot change.
+    for (const Fd& fd : image.memfds) {
+        int seals = ::fcntl(fd.get(), F_GET_SEALS);
+        if (seals >= 0 && (seals & F_SEAL_SEAL)) continue;  // sealed already
+        if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+            throw_errno("fcntl(F_ADD_SEALS) on the fork layer");
+    }
 }
 
 RestoredMachine restore_fork(const Kvm& kvm, std::span<const uint8_t> bytes, std::span<const int> memfds,

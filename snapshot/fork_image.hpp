@@ -1,12 +1,13 @@
 // A fork's frozen layer (issue 5 "Fork(n <= 4)"): the paused parent's guest RAM
-// becomes a set of sealed memfds (F_SEAL_WRITE: nobody can change them any more)
+// becomes a set of memfds, sealed right after (F_SEAL_WRITE: nobody can change them)
 // that the parent and every child map MAP_PRIVATE. Each VM then writes into its own
 // private copy-on-write pages over the shared layer; nothing is written to disk and
 // nothing is copied when the parent's RAM is a plain memfd (the usual case: a booted
 // VM). Children receive the memfds by fd (inherited across exec, or SCM_RIGHTS) and
 // the vm.state bytes, and come up with restore_fork.
 //
-// The parent's mapping is replaced in place (same HVA, MAP_FIXED): KVM's memslots
+// The parent's mapping is replaced in place (same HVA; the old one is moved aside
+// with mremap in the pause and unmapped after it, finish_fork): KVM's memslots
 // stay, its MMU notifier drops the old translations (KVM API doc 4.35
 // KVM_SET_USER_MEMORY_REGION: "changes in the backing of the memory region are
 // automatically reflected into the guest"). Its dirty log and DirtyTracker go on
@@ -35,7 +36,10 @@ namespace nanovm::snapshot {
 /// What a child needs to become a copy of the parent at the freeze.
 struct ForkImage {
     std::vector<uint8_t> state;  ///< encoded vm.state (snapshot/state_file.hpp format)
-    std::vector<Fd> memfds;      ///< the frozen layer: one sealed memfd per RAM region, GPA order
+    std::vector<Fd> memfds;      ///< the frozen layer: one memfd per RAM region, GPA order (sealed by finish_fork)
+    /// The parent's old shared mappings of `memfds`, moved aside by the freeze: they
+    /// are unmapped (and the memfds sealed) by finish_fork, after the parent resumed.
+    GuestMemory::RetiredMappings retired;
     uint64_t copied_pages = 0;   ///< pages copied into fresh memfds (0: the parent's memfds were frozen as they were)
     double state_ms = 0;         ///< capture + encoding of vm.state, ms
     double freeze_ms = 0;        ///< copy (if any) + remapping + sealing, ms
@@ -50,6 +54,13 @@ struct ForkImage {
 /// mmap, F_ADD_SEALS); a failure before the remap leaves the parent as it was.
 ForkImage freeze_for_fork(const Kvm& kvm, Machine& machine, std::string devices = {},
                           std::unique_ptr<UffdServer>* uffd = nullptr);
+
+/// After the parent resumed (children may already be starting): unmaps the
+/// parent's old shared mappings (~30 ms for 256 MiB present, so not in the pause)
+/// and seals the memfds (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL:
+/// from then on nobody can change the layer). Idempotent. Throws SysError
+/// (F_ADD_SEALS).
+void finish_fork(ForkImage& image);
 
 /// Makes a new Machine (not run yet) from a ForkImage: `state` as vm.state bytes
 /// (validated like a vm.state file; `what` names it in errors), RAM a MAP_PRIVATE

@@ -16,6 +16,19 @@ namespace nanovm {
 
 namespace {
 
+constexpr uint64_t kPmdBytes = 2 * MiB;
+
+/// `size` bytes of address space (PROT_NONE) starting on a 2 MiB boundary.
+uint8_t* reserve_aligned(uint64_t size) {
+    void* base = ::mmap(nullptr, size + kPmdBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base == MAP_FAILED) throw_errno("mmap(reserve guest RAM address space)");
+    const uintptr_t b = reinterpret_cast<uintptr_t>(base);
+    const uintptr_t a = (b + kPmdBytes - 1) & ~(kPmdBytes - 1);
+    if (a > b) ::munmap(base, a - b);
+    if (b + kPmdBytes > a) ::munmap(reinterpret_cast<void*>(a + size), b + kPmdBytes - a);
+    return reinterpret_cast<uint8_t*>(a);
+}
+
 MemoryRegion map_region(Gpa gpa, uint64_t size, uint32_t slot) {
     MemoryRegion region;
     region.gpa = gpa;
@@ -26,9 +39,15 @@ MemoryRegion map_region(Gpa gpa, uint64_t size, uint32_t slot) {
     region.memfd = Fd(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
     if (!region.memfd) throw_errno("memfd_create");
     if (::ftruncate(region.memfd.get(), static_cast<off_t>(size)) != 0) throw_errno("ftruncate(guest RAM)");
-    void* host = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE,
+    // 2 MiB aligned, so that a fork's mremap moves whole page tables (move_pgt_entry).
+    uint8_t* at = reserve_aligned(size);
+    void* host = ::mmap(at, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE | MAP_FIXED,
                         region.memfd.get(), 0);
-    if (host == MAP_FAILED) throw_errno("mmap(guest RAM)");
+    if (host == MAP_FAILED) {
+        const int err = errno;
+        ::munmap(at, size);
+        throw SysError("mmap(guest RAM)", err);
+    }
     region.host = static_cast<uint8_t*>(host);
     return region;
 }
@@ -116,13 +135,37 @@ GuestMemory GuestMemory::map_memfds_private(std::span<const int> memfds, uint64_
     return mem;
 }
 
-void GuestMemory::remap_private(std::span<const int> memfds) {
+GuestMemory::RetiredMappings& GuestMemory::RetiredMappings::operator=(RetiredMappings&& other) noexcept {
+    if (this != &other) {
+        release();
+        ranges_ = std::move(other.ranges_);
+        other.ranges_.clear();
+    }
+    return *this;
+}
+
+void GuestMemory::RetiredMappings::release() noexcept {
+    for (const Range& r : ranges_) ::munmap(r.addr, r.bytes);
+    ranges_.clear();
+}
+
+GuestMemory::RetiredMappings GuestMemory::remap_private(std::span<const int> memfds) {
     if (memfds.size() != regions_.size())
         throw Error(fmt::format("{} guest RAM memfds for {} regions", memfds.size(), regions_.size()));
     std::vector<Fd> copies;
     for (size_t k = 0; k < regions_.size(); ++k) copies.push_back(dup_sized(memfds[k], regions_[k].size, k));
+    RetiredMappings retired;
     for (size_t k = 0; k < regions_.size(); ++k) {
         MemoryRegion& r = regions_[k];
+        // Move the old mapping aside (its page tables go with it, PMD by PMD when both
+        // ends are 2 MiB aligned); the range at r.host is then empty.
+        uint8_t* aside = reserve_aligned(r.size);
+        void* moved = ::mremap(r.host, r.size, r.size, MREMAP_MAYMOVE | MREMAP_FIXED, aside);
+        if (moved == MAP_FAILED) {
+            ::munmap(aside, r.size);  // MAP_FIXED below replaces the old mapping instead (slower)
+        } else {
+            retired.add(moved, r.size);
+        }
         void* host = ::mmap(r.host, r.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE | MAP_FIXED,
                             copies[k].get(), 0);
         if (host == MAP_FAILED) throw_errno("mmap(guest RAM memfd, MAP_PRIVATE | MAP_FIXED)");
@@ -130,6 +173,7 @@ void GuestMemory::remap_private(std::span<const int> memfds) {
         r.file_offset = 0;
     }
     backing_ = Backing::private_memfd;
+    return retired;
 }
 
 GuestMemory::GuestMemory(GuestMemory&& other) noexcept

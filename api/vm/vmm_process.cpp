@@ -280,6 +280,7 @@ public:
           started_(Clock::now()) {}
     ~ControlCommands() {
         if (stopper_.joinable()) stopper_.join();
+        if (fork_finisher_.joinable()) fork_finisher_.join();
     }
 
     void install(ControlServer& server) {
@@ -366,6 +367,7 @@ private:
             throw ControlCommandError(fmt::format("{}: exists and is not empty (a fork base needs a new directory)", dir));
         std::lock_guard lock(snapshot_mutex_);
         finish_pending();
+        if (fork_finisher_.joinable()) fork_finisher_.join();  // the last fork's layer is sealed
         vm_.wait_compaction();
         const VmState before = life_.state();
         if (before != VmState::running && before != VmState::paused)
@@ -413,8 +415,16 @@ private:
                  {"pause_ms", static_cast<double>(pause_us) / 1000},
                  {"copied_pages", image.copied_pages},
                  {"state", to_string(life_.state())}};
-        // Held until the next fork: the children open them by number meanwhile.
-        fork_layer_ = std::move(image.memfds);
+        // Held until the next fork: the children open the memfds by number meanwhile.
+        // The old mappings are unmapped and the layer sealed while they start.
+        fork_layer_ = std::move(image);
+        fork_finisher_ = std::thread([this] {
+            try {
+                snapshot::finish_fork(fork_layer_);
+            } catch (const std::exception& e) {
+                log_line(fmt::format("fork: {}", e.what()));
+            }
+        });
         return out;
     }
 
@@ -542,7 +552,8 @@ private:
     Lifecycle& life_;
     std::mutex snapshot_mutex_;
     std::vector<std::unique_ptr<snapshot::PendingSnapshot>> pending_;  // not yet known durable
-    std::vector<Fd> fork_layer_;  // the last fork's frozen layer, for its children to open
+    snapshot::ForkImage fork_layer_;  // the last fork's frozen layer, for its children to open
+    std::thread fork_finisher_;       // finish_fork(fork_layer_) after the resume
     uint32_t layer_counter_ = 0;
     Clock::time_point started_;
     std::thread stopper_;  // at most one: a second stop finds the state stopping
