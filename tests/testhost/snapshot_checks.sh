@@ -150,15 +150,22 @@ done
 
 # S8. SIGKILL of the VMM in the middle of a snapshot leaves nothing durable-looking.
 stall=$(NANOVM_TEST_SNAPSHOT_STALL=layer timeout 300 "$nanovm" vm start --image "$simg" --memory 256 --cpus 1 2>"$sn/stall-start.err" </dev/null)
-svm snapshot "$stall" "$sn/stalled" >"$sn/stall.json" 2>"$sn/stall.err"
-for _ in $(seq 100); do grep -q "test stall at layer" "$NANOVM_RUN_DIR/vms/$stall/vmm.log" 2>/dev/null && break; sleep 0.2; done
-pkill -KILL -f -- "_vmm --id $stall" ; sleep 1
-svm restore "$sn/stalled" >/dev/null 2>"$sn/stalled-restore.err"; stalled_status=$?
-if [ ! -e "$sn/stalled/manifest" ] && [ "$stalled_status" != 0 ] && grep -qi "manifest" "$sn/stalled-restore.err"; then
-  ok "SIGKILL of the VMM while its snapshot is being written: no manifest, restore refuses it ($(head -c 120 "$sn/stalled-restore.err"))"
+if [ -z "$stall" ]; then
+  # (an empty id would make the pkill below match, and kill, every VMM)
+  not_ok "SIGKILL mid-snapshot: the VM to stall did not start"
+  sshow stall-start.err
 else
-  not_ok "SIGKILL mid-snapshot leaves no durable-looking snapshot (manifest: $([ -e "$sn/stalled/manifest" ] && echo yes || echo no), restore exit $stalled_status)"
-  sshow stall.json stall.err stalled-restore.err
+  svm snapshot "$stall" "$sn/stalled" >"$sn/stall.json" 2>"$sn/stall.err"
+  for _ in $(seq 100); do grep -q "test stall at layer" "$NANOVM_RUN_DIR/vms/$stall/vmm.log" 2>/dev/null && break; sleep 0.2; done
+  pkill -KILL -f -- "_vmm --id $stall" ; sleep 1
+  svm restore "$sn/stalled" >/dev/null 2>"$sn/stalled-restore.err"; stalled_status=$?
+  if [ ! -e "$sn/stalled/manifest" ] && [ "$stalled_status" != 0 ] && grep -qi "manifest" "$sn/stalled-restore.err" &&
+     grep -q "test stall at layer" "$NANOVM_RUN_DIR/vms/$stall/vmm.log" 2>/dev/null; then
+    ok "SIGKILL of the VMM while its snapshot is being written: no manifest, restore refuses it ($(head -c 120 "$sn/stalled-restore.err"))"
+  else
+    not_ok "SIGKILL mid-snapshot leaves no durable-looking snapshot (manifest: $([ -e "$sn/stalled/manifest" ] && echo yes || echo no), restore exit $stalled_status)"
+    sshow stall.json stall.err stalled-restore.err
+  fi
 fi
 
 # S8b. Layer chains are compacted: 6 snapshots of one VM (a new file before each)
