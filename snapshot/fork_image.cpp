@@ -71,7 +71,10 @@ ForkImage freeze_for_fork(const Kvm& kvm, Machine& machine, std::string devices,
         case GuestMemory::Backing::private_memfd:
         case GuestMemory::Backing::private_file:
         case GuestMemory::Backing::lazy_memfd: {
-            const PageBitmap pages = nonzero_pages(memory);
+            // The pages that may hold data (a private memfd: its layer's extents and
+            // this VM's own copies, from pagemap, without reading them; else the
+            // non-zero ones): each is read once, by the copy.
+            const PageBitmap pages = populated_pages(memory);
             uint64_t first = 0;
             for (const MemoryRegion& r : memory.regions()) {
                 image.memfds.push_back(copy_region(r, first, pages, image.copied_pages));
