@@ -229,10 +229,11 @@ LinuxVm::LinuxVm(const BootOptions& options, int console_fd)
 
 LinuxVm::LinuxVm(const std::string& dir, snapshot::MemoryBackend backend,
                  const std::function<BootOptions(const nlohmann::json& saved)>& make_options, int console_fd,
-                 std::span<const int> fork_memfds) {
+                 std::span<const int> fork_memfds, int fork_delta) {
     Kvm kvm = open_kvm();
-    snapshot::RestoredMachine restored = fork_memfds.empty() ? snapshot::restore_snapshot(kvm, dir, backend)
-                                                             : snapshot::restore_fork(kvm, dir, fork_memfds);
+    snapshot::RestoredMachine restored = fork_memfds.empty()
+                                             ? snapshot::restore_snapshot(kvm, dir, backend)
+                                             : snapshot::restore_fork(kvm, dir, fork_memfds, fork_delta);
     // The disk layers carry no checksums of their own: check them against the
     // manifest, once per snapshot (parts.verified; write_manifest fills it).
     {

@@ -59,11 +59,11 @@ public:
     /// the snapshot left them. Throws SnapshotError naming a corrupt part, Error for
     /// device state that does not fit the options.
     /// With `fork_memfds` (a fork child): `dir` is a fork base (LinuxVm::fork) and
-    /// the RAM a private mapping of those memfds (snapshot::restore_fork); `backend`
-    /// is not used.
+    /// the RAM a private mapping of those memfds (snapshot::restore_fork) with the
+    /// delta `fork_delta` applied if >= 0; `backend` is not used.
     LinuxVm(const std::string& dir, snapshot::MemoryBackend backend,
             const std::function<BootOptions(const nlohmann::json& saved)>& make_options, int console_fd,
-            std::span<const int> fork_memfds = {});
+            std::span<const int> fork_memfds = {}, int fork_delta = -1);
     ~LinuxVm();
     LinuxVm(const LinuxVm&) = delete;
     LinuxVm& operator=(const LinuxVm&) = delete;

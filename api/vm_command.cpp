@@ -337,11 +337,12 @@ int vm_fork(const VmCommandOptions& o) {
     // Held until the children hold it themselves, so that no cleanup takes the base away.
     const vm::ForkBase fork_base = vm::new_fork_base(parent.paths.id);
     const std::string& base = fork_base.dir;
-    std::string memfds;
+    std::string memfds, delta;
     try {
         const nlohmann::json answer = vm::control_call(parent.paths.control_socket(), "fork", {{"dir", base}},
                                                        std::chrono::minutes(5));
         memfds = answer.at("memfds").get<std::string>();
+        delta = answer.value("delta", std::string());
     } catch (const std::exception& e) {
         std::error_code ec;
         std::filesystem::remove_all(base, ec);
@@ -358,6 +359,7 @@ int vm_fork(const VmCommandOptions& o) {
                 vm::SandboxSpec spec;
                 spec.restore_dir = base;
                 spec.fork_memory = memfds;
+                spec.fork_delta = delta;
                 ids[i] = vm::start_vm(spec, /*attached=*/false).paths.id;
             } catch (const std::exception& e) {
                 errors[i] = e.what();
@@ -475,6 +477,7 @@ VmCommands add_vm_commands(CLI::App& app, VmCommandOptions& o) {
     c.vmm->add_option("--restore", o.vmm.restore_dir);
     c.vmm->add_option("--memory-backend", o.vmm.memory_backend);
     c.vmm->add_option("--fork-memory", o.vmm.fork_memory);
+    c.vmm->add_option("--fork-delta", o.vmm.fork_delta);
     c.vmm->add_option("--disk", o.vmm.disks);
     c.vmm->add_option("--boot-timeout-ms", o.vmm_boot_timeout_ms);
     return c;

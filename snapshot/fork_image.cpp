@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "snapshot/fork_delta.hpp"
 #include "snapshot/memory_layer.hpp"
 #include "snapshot/snapshot_error.hpp"
 #include "snapshot/vm_state.hpp"
@@ -68,7 +69,17 @@ ForkImage freeze_for_fork(const Kvm& kvm, Machine& machine, std::string devices,
                 image.memfds.push_back(std::move(fd));
             }
             break;
-        case GuestMemory::Backing::private_memfd:
+        case GuestMemory::Backing::private_memfd: {
+            // Keep the layer this VM maps; its own pages travel as a delta.
+            for (const MemoryRegion& r : memory.regions()) {
+                Fd fd(::fcntl(r.memfd.get(), F_DUPFD_CLOEXEC, 0));
+                if (!fd) throw_errno("dup(guest RAM memfd)");
+                image.memfds.push_back(std::move(fd));
+            }
+            image.delta = write_fork_delta(memory, private_pages(memory), image.delta_pages);
+            image.freeze_ms = ms_since(t);
+            return image;  // nothing to remap: this VM goes on as it was
+        }
         case GuestMemory::Backing::private_file:
         case GuestMemory::Backing::lazy_memfd: {
             // The pages that may hold data (a private memfd: its layer's extents and
@@ -102,8 +113,9 @@ ForkImage freeze_for_fork(const Kvm& kvm, Machine& machine, std::string devices,
 }
 
 void finish_fork(ForkImage& image) {
-    if (image.memfds.empty()) return;
     image.retired.release();
+    // A delta's layer is the one this VM already mapped: whoever froze it seals it.
+    if (image.memfds.empty() || image.delta) return;
     // Nothing maps the memfds shared any more: from here on they cannot change.
     for (const Fd& fd : image.memfds) {
         int seals = ::fcntl(fd.get(), F_GET_SEALS);
@@ -114,7 +126,7 @@ void finish_fork(ForkImage& image) {
 }
 
 RestoredMachine restore_fork(const Kvm& kvm, std::span<const uint8_t> bytes, std::span<const int> memfds,
-                             std::string_view what) {
+                             int delta_fd, std::string_view what) {
     RestoredMachine out;
     auto t = Clock::now();
     const VmState state = decode_vm_state(bytes, what);
@@ -128,6 +140,7 @@ RestoredMachine restore_fork(const Kvm& kvm, std::span<const uint8_t> bytes, std
     } catch (const Error& e) {
         throw SnapshotError(fmt::format("{}: {}", what, e.what()));
     }
+    if (delta_fd >= 0) apply_fork_delta(delta_fd, memory, fmt::format("{} (delta)", what));
     out.memory_ms = ms_since(t);
 
     t = Clock::now();
@@ -136,9 +149,9 @@ RestoredMachine restore_fork(const Kvm& kvm, std::span<const uint8_t> bytes, std
     return out;
 }
 
-RestoredMachine restore_fork(const Kvm& kvm, const std::string& dir, std::span<const int> memfds) {
+RestoredMachine restore_fork(const Kvm& kvm, const std::string& dir, std::span<const int> memfds, int delta_fd) {
     const std::string path = snapshot_part(dir, kStateFileName);
-    return restore_fork(kvm, read_checked_state(dir), memfds, path);
+    return restore_fork(kvm, read_checked_state(dir), memfds, delta_fd, path);
 }
 
 }  // namespace nanovm::snapshot

@@ -13,11 +13,13 @@
 // automatically reflected into the guest"). Its dirty log and DirtyTracker go on
 // untouched, so a diff snapshot over its last snapshot stays exact.
 //
-// A VM whose RAM is already private (a fork child, a file-backend restore) gets a
-// fresh memfd per region holding a copy of its non-zero pages, frozen the same way:
-// correct, but O(pages in use). RAM served by the uffd restore backend is copied the
-// same way (reading it faults in what is left), then its server is stopped: the
-// range it served is gone.
+// A VM already over a frozen layer (a fork child, or a parent forked before) keeps
+// it: the new children map the same layer and apply a delta of the pages this VM
+// holds privately (snapshot/fork_delta.hpp), copied in the pause: O(pages it wrote
+// since it mapped the layer). A VM restored with the file backend gets a fresh memfd
+// per region holding a copy of its populated pages, frozen the same way: O(pages in
+// use). RAM served by the uffd restore backend is copied the same way (reading it
+// faults in what is left), then its server is stopped: the range it served is gone.
 #pragma once
 
 #include <cstdint>
@@ -40,7 +42,11 @@ struct ForkImage {
     /// The parent's old shared mappings of `memfds`, moved aside by the freeze: they
     /// are unmapped (and the memfds sealed) by finish_fork, after the parent resumed.
     GuestMemory::RetiredMappings retired;
-    uint64_t copied_pages = 0;   ///< pages copied into fresh memfds (0: the parent's memfds were frozen as they were)
+    /// A parent already over a frozen layer (a fork child, or forked before): its
+    /// own pages, to apply over `memfds` (snapshot/fork_delta.hpp); invalid otherwise.
+    Fd delta;
+    uint64_t delta_pages = 0;    ///< pages in `delta`
+    uint64_t copied_pages = 0;   ///< pages copied into fresh memfds (a file-backed or uffd-backed parent)
     double state_ms = 0;         ///< capture + encoding of vm.state, ms
     double freeze_ms = 0;        ///< copy (if any) + remapping + sealing, ms
 };
@@ -58,7 +64,8 @@ ForkImage freeze_for_fork(const Kvm& kvm, Machine& machine, std::string devices 
 /// After the parent resumed (children may already be starting): unmaps the
 /// parent's old shared mappings (~30 ms for 256 MiB present, so not in the pause)
 /// and seals the memfds (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL:
-/// from then on nobody can change the layer). Idempotent. Throws SysError
+/// from then on nobody can change the layer; not for a delta image, whose layer was
+/// frozen, and is sealed, by the VM that made it). Idempotent. Throws SysError
 /// (F_ADD_SEALS).
 void finish_fork(ForkImage& image);
 
@@ -67,12 +74,13 @@ void finish_fork(ForkImage& image);
 /// mapping of each of `memfds` (one per region, each at least the region's size).
 /// memory_ms / state_ms are filled; `uffd` stays empty. Throws SnapshotError for a
 /// bad state or RAM size mismatch, SysError (mmap, KVM ioctls).
+/// With `delta_fd` >= 0 the ForkImage's delta is applied over that mapping.
 RestoredMachine restore_fork(const Kvm& kvm, std::span<const uint8_t> state, std::span<const int> memfds,
-                             std::string_view what = "fork state");
+                             int delta_fd = -1, std::string_view what = "fork state");
 
 /// restore_fork with the state from directory `dir`'s vm.state (a fork base: a
 /// manifest listing vm.state, and disk layers, but no memory layer), checked
 /// against the manifest first. Throws SnapshotError naming the part, as restore_fork.
-RestoredMachine restore_fork(const Kvm& kvm, const std::string& dir, std::span<const int> memfds);
+RestoredMachine restore_fork(const Kvm& kvm, const std::string& dir, std::span<const int> memfds, int delta_fd = -1);
 
 }  // namespace nanovm::snapshot

@@ -170,6 +170,16 @@ PageBitmap nonzero_pages(const GuestMemory& memory) {
     return out;
 }
 
+PageBitmap private_pages(const GuestMemory& memory) {
+    PageBitmap out((memory.ram_bytes() / kPageSize + 63) / 64, 0);
+    uint64_t first = 0;
+    for (const MemoryRegion& r : memory.regions()) {
+        add_private_copies(r, first, out);
+        first += r.size / kPageSize;
+    }
+    return out;
+}
+
 PageBitmap populated_pages(const GuestMemory& memory) {
     std::optional<PageBitmap> candidates = candidate_pages(memory);
     return candidates ? std::move(*candidates) : nonzero_pages(memory);

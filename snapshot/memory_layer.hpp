@@ -102,6 +102,12 @@ PageBitmap nonzero_pages(const GuestMemory& memory);
 /// nonzero_pages(memory). Cheap enough to run inside a snapshot's pause.
 PageBitmap populated_pages(const GuestMemory& memory);
 
+/// The pages this process holds as private anonymous copies (or in swap) in the
+/// mappings of `memory`: for a MAP_PRIVATE backing, the pages written since it was
+/// mapped (/proc/self/pagemap; Documentation/admin-guide/mm/pagemap.rst). Throws
+/// SysError (open, pread of pagemap).
+PageBitmap private_pages(const GuestMemory& memory);
+
 /// Builds a layer file page by page, from one thread or several (each page is put
 /// at most once), then finish() writes the bitmap, CRC table and header and
 /// fdatasyncs. write_layer and the background copy (snapshot/wp_copy.hpp) use it.

@@ -158,6 +158,10 @@ StartedVm start_vm(const SandboxSpec& spec, bool attached, int signal_fd) {
             args.push_back("--fork-memory");
             args.push_back(spec.fork_memory);
         }
+        if (!spec.fork_delta.empty()) {
+            args.push_back("--fork-delta");
+            args.push_back(spec.fork_delta);
+        }
     }
     for (const std::string& d : spec.disks) {
         args.push_back("--disk");

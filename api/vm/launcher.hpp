@@ -29,6 +29,7 @@ struct SandboxSpec {
     std::string memory_backend = "file";  ///< restore only: "file" or "uffd"
     /// restore_dir is a fork base: the parent's frozen RAM as VmmOptions::fork_memory says.
     std::string fork_memory;
+    std::string fork_delta;  ///< with fork_memory: VmmOptions::fork_delta
 };
 
 /// <cache_dir()>/rootfs/default/disk.ext4, the image tools/rootfs/build makes.

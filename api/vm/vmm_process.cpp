@@ -405,14 +405,17 @@ private:
             machine_.resume();
             life_.transition(VmState::paused, VmState::running);
         }
-        std::string memfds;
-        for (const Fd& fd : image.memfds) {
+        const auto by_proc = [](const Fd& fd) {  // "PID:FD:INODE", see open_fork_memory
             struct stat st {};
             if (::fstat(fd.get(), &st) != 0) throw ControlCommandError(fmt::format("fork: fstat: {}", ::strerror(errno)));
-            memfds += fmt::format("{}{}:{}:{}", memfds.empty() ? "" : ",", ::getpid(), fd.get(), st.st_ino);
-        }
+            return fmt::format("{}:{}:{}", ::getpid(), fd.get(), st.st_ino);
+        };
+        std::string memfds;
+        for (const Fd& fd : image.memfds) memfds += (memfds.empty() ? "" : ",") + by_proc(fd);
         json out{{"dir", dir},
                  {"memfds", memfds},
+                 {"delta", image.delta ? by_proc(image.delta) : std::string()},
+                 {"delta_pages", image.delta_pages},
                  {"fork_ms", static_cast<double>(micros_since(t0)) / 1000},
                  {"pause_ms", static_cast<double>(pause_us) / 1000},
                  {"copied_pages", image.copied_pages},
@@ -420,6 +423,8 @@ private:
         log_line(fmt::format("fork into {}: paused {:.1f} ms (RAM {}), running again after {:.1f} ms", dir,
                              static_cast<double>(pause_us) / 1000,
                              image.copied_pages ? fmt::format("copied into a new layer: {} pages", image.copied_pages)
+                             : image.delta      ? fmt::format("its layer kept, {} pages of its own in a delta",
+                                                              image.delta_pages)
                                                 : std::string("frozen as it was, nothing copied"),
                              out["fork_ms"].get<double>()));
         // Held until the next fork: the children open the memfds by number meanwhile.
@@ -703,6 +708,8 @@ int serve(const VmmOptions& requested, ReadyPipe& pipe) {
         const std::vector<Fd> fork_memory = open_fork_memory_if(options.fork_memory);
         std::vector<int> fork_memfds;
         for (const Fd& fd : fork_memory) fork_memfds.push_back(fd.get());
+        const std::vector<Fd> fork_delta = open_fork_memory_if(options.fork_delta);
+        if (fork_delta.size() > 1) throw Error(fmt::format("--fork-delta {}: one PID:FD:INODE", options.fork_delta));
         vm = std::make_unique<LinuxVm>(
             options.restore_dir, backend,
             [&](const json& saved) {
@@ -713,7 +720,7 @@ int serve(const VmmOptions& requested, ReadyPipe& pipe) {
                 }
                 return boot;
             },
-            console.get(), fork_memfds);
+            console.get(), fork_memfds, fork_delta.empty() ? -1 : fork_delta[0].get());
         log_line(fmt::format("restored {} ({}) in {:.1f} ms: memory, vCPU and device state, disk layers",
                              options.restore_dir,
                              fork_memfds.empty() ? options.memory_backend + " backend"

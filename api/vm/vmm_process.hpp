@@ -29,8 +29,9 @@
 //                            private copy-on-write mapping of it), writes the fork base
 //                            `dir` (vm.state, disk layers, manifest; no fsync) and
 //                            resumes; {"dir", "memfds" ("PID:FD:INODE,...", for the
-//                            children's fork_memory), "fork_ms", "pause_ms",
-//                            "copied_pages", "state"}.
+//                            children's fork_memory), "delta" (same form or "": the
+//                            pages of a VM already over a frozen layer, fork_delta),
+//                            "delta_pages", "fork_ms", "pause_ms", "copied_pages", "state"}.
 //   stop [force] [timeout_ms]  graceful: the agent powers the guest off; after
 //                            timeout_ms (default 10000) or with force: the VMM stops the
 //                            vCPUs at once. Answers {"state": "stopping"} right away.
@@ -62,6 +63,9 @@ struct VmmOptions {
     /// "PID:FD:INODE[,...]" (one per RAM region), opened through /proc/PID/fd/FD and
     /// mapped privately (snapshot/fork_image.hpp); memory_backend is then unused.
     std::string fork_memory;
+    /// With fork_memory: the parent's delta (snapshot/fork_delta.hpp) as "PID:FD:INODE",
+    /// applied over that layer; empty: none.
+    std::string fork_delta;
 };
 
 /// The guest kernel parameters a sandbox boots with (besides the device ones): the

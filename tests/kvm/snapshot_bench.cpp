@@ -16,7 +16,7 @@
 // Fork n: of a fresh parent of the same shape: pause, freeze its RAM as a shared
 // layer of sealed memfds (snapshot/fork_image.hpp), resume; n children map it
 // privately at once; request -> the last child's vCPUs run. fork1_second: the same
-// parent forked again (its RAM is private by then, so its layer is a copy).
+// parent forked again (it keeps its layer; the pages it wrote since go as a delta).
 // Usage: snapshot_bench --dir DIR [--runs N] [--where native|testhost] [--copy background|in-pause]
 //                       [--forks N,N...] [--paced] [--memory-only]
 // --copy in-pause keeps the memory copy inside the pause (the first slice's way),
@@ -396,10 +396,18 @@ int run(int argc, char** argv) {
                         if (!layer.back()) throw_errno("dup");
                         fds += "," + std::to_string(layer.back().get());
                     }
+                    f.add(key + "_delta_pages", static_cast<double>(image.delta_pages));
+                    std::vector<std::string> args = {child, "--fork-fds", fds, "--until-running"};
+                    Fd delta;
+                    if (image.delta) {
+                        delta = Fd(::fcntl(image.delta.get(), F_DUPFD, 3));
+                        if (!delta) throw_errno("dup");
+                        args.push_back("--fork-delta");
+                        args.push_back(std::to_string(delta.get()));
+                    }
                     std::vector<Child> children;
                     const int count = second ? 1 : n;
-                    for (int k = 0; k < count; ++k)
-                        children.push_back(spawn_child({child, "--fork-fds", fds, "--until-running"}));
+                    for (int k = 0; k < count; ++k) children.push_back(spawn_child(args));
                     Clock::time_point last_running = t;
                     double restore_call = 0;
                     std::vector<std::map<std::string, std::string>> outs;

@@ -16,7 +16,8 @@
 //   full_snapshot_background=0|1, full_snapshot_ram_crc=0x... (RAM at its pause)
 // --fork-fds STATE_FD,MEMFD[,MEMFD] instead of --dir: a fork child
 // (snapshot/fork_image.hpp): vm.state bytes read from the inherited fd STATE_FD,
-// RAM a private mapping of the inherited frozen memfds.
+// RAM a private mapping of the inherited frozen memfds; --fork-delta FD: and the
+// inherited delta applied over it (snapshot/fork_delta.hpp).
 // --mark V: right after the restore, store the dword V at GPA kMarkGpa (20 MiB);
 // after --run-ms, print mark=V' as read back then (another VM's store would show).
 //   uffd_faults=N, stop=<reason>; error=<message> and exit 1 on failure.
@@ -146,6 +147,7 @@ int run_until_running(Machine& machine, Clock::time_point restore_start) {
 
 int run(int argc, char** argv) {
     std::string dir, backend = "file", snapshot_to, full_snapshot_to, fork_fds;
+    int fork_delta = -1;
     std::optional<uint32_t> mark;
     int run_ms = 0;
     bool want_ram_crc = false, until_running = false;
@@ -163,6 +165,7 @@ int run(int argc, char** argv) {
         else if (a == "--snapshot-to") snapshot_to = next();
         else if (a == "--full-snapshot-to") full_snapshot_to = next();
         else if (a == "--fork-fds") fork_fds = next();
+        else if (a == "--fork-delta") fork_delta = std::stoi(next());
         else if (a == "--mark") mark = static_cast<uint32_t>(std::stoul(next(), nullptr, 0));
         else if (a == "--ram-crc") want_ram_crc = true;
         else if (a == "--until-running") until_running = true;
@@ -184,7 +187,7 @@ int run(int argc, char** argv) {
         }
         if (fds.size() < 2) throw Error("--fork-fds: STATE_FD,MEMFD[,MEMFD]");
         const std::vector<uint8_t> state = read_fd(fds[0]);
-        restored = snapshot::restore_fork(kvm, state, std::span<const int>(fds).subspan(1));
+        restored = snapshot::restore_fork(kvm, state, std::span<const int>(fds).subspan(1), fork_delta);
     } else {
         restored = snapshot::restore_snapshot(
             kvm, dir, backend == "file" ? snapshot::MemoryBackend::file : snapshot::MemoryBackend::uffd);

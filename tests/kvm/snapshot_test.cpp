@@ -382,12 +382,15 @@ TEST_CASE("fork(4) over a frozen memfd layer: each child goes on from the parent
         CHECK(test::ram_crc(lazy_child.machine->memory()) == crc_parent);
     }
 
-    // Fork the parent again: its RAM is private now, so the new layer is a copy.
+    // Fork the parent again: it keeps its layer; its own pages since the first fork
+    // travel as a delta.
     t = Clock::now();
     snapshot::ForkImage again = snapshot::freeze_for_fork(kvm, machine);
-    std::cout << fmt::format("timing: second fork of the parent {:.3f} ms ({} pages copied)\n", ms_since(t),
-                             again.copied_pages);
-    CHECK(again.copied_pages > 0);
+    std::cout << fmt::format("timing: second fork of the parent {:.3f} ms ({} pages in the delta)\n", ms_since(t),
+                             again.delta_pages);
+    CHECK(again.copied_pages == 0);
+    CHECK(again.delta_pages > 0);
+    CHECK(again.delta_pages < 64 * MiB / kPageSize / 2);  // what it wrote since, not all of its RAM
     CHECK(test::ram_crc(machine.memory()) == crc_parent);
     running.stop();
 
@@ -395,7 +398,8 @@ TEST_CASE("fork(4) over a frozen memfd layer: each child goes on from the parent
     // exactly the child's RAM and goes on counting.
     std::vector<int> again_fds;
     for (const Fd& fd : again.memfds) again_fds.push_back(fd.get());
-    snapshot::RestoredMachine child_vm = snapshot::restore_fork(kvm, again.state, again_fds);
+    snapshot::RestoredMachine child_vm = snapshot::restore_fork(kvm, again.state, again_fds, again.delta.get());
+    CHECK(test::ram_crc(child_vm.machine->memory()) == crc_parent);
     CHECK(counter(*child_vm.machine, 0) == c0_parent);
     Running child_running(*child_vm.machine);
     REQUIRE(eventually([&] { return counter(*child_vm.machine, 0) > c0_parent + 300; }));
@@ -406,7 +410,8 @@ TEST_CASE("fork(4) over a frozen memfd layer: each child goes on from the parent
     child_running.stop();
     std::vector<int> grand_fds;
     for (const Fd& fd : grand.memfds) grand_fds.push_back(fd.get());
-    snapshot::RestoredMachine grandchild = snapshot::restore_fork(kvm, grand.state, grand_fds);
+    CHECK(grand.delta_pages > 0);
+    snapshot::RestoredMachine grandchild = snapshot::restore_fork(kvm, grand.state, grand_fds, grand.delta.get());
     CHECK(test::ram_crc(grandchild.machine->memory()) == crc_child);
     CHECK(counter(*grandchild.machine, 0) == c0_child);
     Running grand_running(*grandchild.machine);

@@ -424,8 +424,8 @@ def main():
         "processes map that layer MAP_PRIVATE at once (the state and layer fds inherited), until "
         "the last child's vCPUs run; each child pauses right away and checks that both counters "
         "went on from the fork's values (exit 1 otherwise). fork1_second: the same parent forked "
-        "again; its RAM is private then, so its non-zero pages are copied into a new layer "
-        "(fork1_second_copied_pages)",
+        "again: it keeps its layer, and the pages it wrote since the first fork go to the "
+        "children as a delta copied in the pause (fork1_second_delta_pages)",
         "the guests: nanovm's 256 MiB are written by the VMM, both vCPUs run counter loops; "
         "QEMU's guest makes the same 65536 pages non-zero itself (one word per page) and only vCPU 0 runs the loop",
         "QEMU's snapshot file is not fsync'd (exec:cat into the page cache); nanovm's layer is. "

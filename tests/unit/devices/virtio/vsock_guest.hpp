@@ -133,6 +133,9 @@ public:
               bool keep_len = false, uint32_t split = 0) {
         if (!keep_len) header.len = static_cast<uint32_t>(payload.size());
         const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        // Out of slots with chains not yet notified (kick = false): the device only
+        // returns them once told, as a driver out of descriptors must.
+        if (tx_slots_free() == 0) kick_tx();
         while (tx_slots_free() == 0) {
             if (std::chrono::steady_clock::now() > end) throw std::runtime_error("no tx slot came back");
             std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -157,6 +160,7 @@ public:
 
     /// Sends a chain of raw readable bytes (for malformed packets).
     void send_raw(std::span<const uint8_t> bytes) {
+        if (tx_slots_free() == 0) kick_tx();
         while (tx_slots_free() == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
         const uint16_t slot = tx_free_.front();
         tx_free_.pop_front();

@@ -171,6 +171,14 @@ TEST_CASE("64 concurrent vsock streams carry 1 MiB each way with matching checks
     Fd listener = host_listen(rig.path(kHostListenPort));
     HostSide host;
     std::thread host_thread([&] { host.run(rig.device.socket_path(), listener.get()); });
+    // An exception below must reach Catch with its message, not abort on a joinable
+    // thread: the host side ends by itself (done, or its 30 s timeout).
+    struct Joiner {
+        std::thread& t;
+        ~Joiner() {
+            if (t.joinable()) t.join();
+        }
+    } joiner{host_thread};
 
     std::map<std::pair<uint32_t, uint32_t>, GuestStream> streams;  // (guest port, host port)
     uint32_t next_guest_id = 1000;
