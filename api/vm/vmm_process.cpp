@@ -420,7 +420,7 @@ private:
                  {"pause_ms", static_cast<double>(pause_us) / 1000},
                  {"copied_pages", image.copied_pages},
                  {"state", to_string(life_.state())}};
-        log_line(fmt::format("fork into {}: paused {:.1f} ms (RAM {}), running again after {:.1f} ms", dir,
+        log_line(fmt::format("fork into {}: paused {:.1f} ms (RAM: {}), running again after {:.1f} ms", dir,
                              static_cast<double>(pause_us) / 1000,
                              image.copied_pages ? fmt::format("copied into a new layer: {} pages", image.copied_pages)
                              : image.delta      ? fmt::format("its layer kept, {} pages of its own in a delta",
