@@ -359,30 +359,13 @@ private:
     // resumes; the children open the frozen layer through /proc/<pid>/fd (same user),
     // checked by inode: "memfds" is "PID:FD:INODE,..." for VmmOptions::fork_memory.
     json fork(const json& body) {
-        auto it = body.find("dir");
-        if (it == body.end() || !it->is_string() || it->get<std::string>().empty() ||
-            it->get<std::string>().front() != '/')
-            throw ControlCommandError("\"dir\" must be an absolute path");
-        const std::string dir = it->get<std::string>();
-        std::error_code ec;
-        if (std::filesystem::exists(dir, ec) && !std::filesystem::is_empty(dir, ec))
-            throw ControlCommandError(fmt::format("{}: exists and is not empty (a fork base needs a new directory)", dir));
+        const std::string dir = new_dir_arg(body, "a fork base");
         std::lock_guard lock(snapshot_mutex_);
         finish_pending();
         if (fork_finisher_.joinable()) fork_finisher_.join();  // the last fork's layer is sealed
         vm_.wait_compaction();
-        const VmState before = life_.state();
-        if (before != VmState::running && before != VmState::paused)
-            throw ControlCommandError(fmt::format("cannot fork: the VM is {}", to_string(before)));
         const auto t0 = Clock::now();
-        const bool was_paused = before == VmState::paused;
-        if (!was_paused) {
-            machine_.pause();
-            if (!life_.transition(VmState::running, VmState::paused)) {
-                machine_.resume();
-                throw ControlCommandError(fmt::format("cannot fork: the VM is {}", to_string(life_.state())));
-            }
-        }
+        const bool was_paused = pause_for("fork");
         snapshot::ForkImage image;
         try {
             LinuxSnapshotRequest request;
@@ -444,36 +427,47 @@ private:
         return out;
     }
 
-    json snapshot(const json& body) {
+    // The "dir" argument: absolute, and missing or empty (`what` needs a new directory).
+    static std::string new_dir_arg(const json& body, const char* what) {
         auto it = body.find("dir");
         if (it == body.end() || !it->is_string() || it->get<std::string>().empty() ||
             it->get<std::string>().front() != '/')
             throw ControlCommandError("\"dir\" must be an absolute path");
         const std::string dir = it->get<std::string>();
+        std::error_code ec;
+        if (std::filesystem::exists(dir, ec) && !std::filesystem::is_empty(dir, ec))
+            throw ControlCommandError(fmt::format("{}: exists and is not empty ({} needs a new directory)", dir, what));
+        return dir;
+    }
+
+    // Pauses a running VM for a snapshot or fork (`verb` names it in errors); returns
+    // whether it was paused already. Throws ControlCommandError if it is neither.
+    bool pause_for(const char* verb) {
+        const VmState before = life_.state();
+        if (before != VmState::running && before != VmState::paused)
+            throw ControlCommandError(fmt::format("cannot {}: the VM is {}", verb, to_string(before)));
+        if (before == VmState::paused) return true;
+        machine_.pause();
+        if (!life_.transition(VmState::running, VmState::paused)) {
+            machine_.resume();
+            throw ControlCommandError(fmt::format("cannot {}: the VM is {}", verb, to_string(life_.state())));
+        }
+        return false;
+    }
+
+    json snapshot(const json& body) {
+        const std::string dir = new_dir_arg(body, "a snapshot");
         const bool leave_paused = flag(body, "leave_paused");
         const bool flatten = flag(body, "flatten");  // also prepare the file backend's memory file
         // A fork's base: nothing fsync'd; "durable" then means complete (SnapshotContent::sync).
         const bool fork_base = flag(body, "fork_base");
         const bool wait_durable = flag(body, "wait_durable") || flatten;
-        std::error_code ec;
-        if (std::filesystem::exists(dir, ec) && !std::filesystem::is_empty(dir, ec))
-            throw ControlCommandError(fmt::format("{}: exists and is not empty (a snapshot needs a new directory)", dir));
         std::lock_guard lock(snapshot_mutex_);  // one snapshot at a time
         finish_pending();
         // A disk compaction started by the previous snapshot ends first, outside the pause.
         vm_.wait_compaction();
-        const VmState before = life_.state();
-        if (before != VmState::running && before != VmState::paused)
-            throw ControlCommandError(fmt::format("cannot snapshot: the VM is {}", to_string(before)));
         const auto t0 = Clock::now();
-        const bool was_paused = before == VmState::paused;
-        if (!was_paused) {
-            machine_.pause();
-            if (!life_.transition(VmState::running, VmState::paused)) {
-                machine_.resume();
-                throw ControlCommandError(fmt::format("cannot snapshot: the VM is {}", to_string(life_.state())));
-            }
-        }
+        const bool was_paused = pause_for("snapshot");
         const auto resume_if_needed = [&] {
             if (!was_paused && !leave_paused) {
                 machine_.resume();

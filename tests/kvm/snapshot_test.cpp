@@ -96,6 +96,25 @@ private:
     std::thread thread_;
 };
 
+// A 64 MiB / 2 vCPU probe logging dirty pages (KVM's log and a DirtyTracker for the
+// VMM's writes), running the counter loops until vCPU 0 has counted past 3000, with
+// a temporary directory for its snapshots (on the scratch disk, if any).
+struct CountingProbe {
+    explicit CountingProbe(const char* dir_name)
+        : dir((use_scratch(), dir_name)),
+          kvm(Kvm::open()),
+          machine(kvm, GuestMemory::create(64 * MiB), {.vcpus = 2, .irqchip = true, .log_dirty_pages = true}),
+          tracker(tracker_for(machine.memory())),
+          running((machine.memory().set_dirty_tracker(&tracker), test::install_counter_loops(machine), machine)) {
+        REQUIRE(eventually([&] { return counter(machine, 0) > 3000; }));
+    }
+    test::TempDir dir;
+    Kvm kvm;
+    Machine machine;
+    DirtyTracker tracker;
+    Running running;  // stopped first (members in reverse order)
+};
+
 std::set<uint64_t> present_pages(const std::string& layer_path) {
     const snapshot::LayerFile layer = snapshot::LayerFile::open(layer_path);
     std::set<uint64_t> out;
@@ -182,15 +201,8 @@ TEST_CASE("a counting probe snapshotted mid-run (memory copied in the background
 TEST_CASE("a diff snapshot holds exactly the pages dirtied since the last one, device writes included; a restored VM "
           "is snapshotted again",
           "[kvm][snapshot]") {
-    use_scratch();
-    test::TempDir dir("diff");
-    const Kvm kvm = Kvm::open();
-    Machine machine(kvm, GuestMemory::create(64 * MiB), {.vcpus = 2, .irqchip = true, .log_dirty_pages = true});
-    DirtyTracker tracker = tracker_for(machine.memory());
-    machine.memory().set_dirty_tracker(&tracker);
-    test::install_counter_loops(machine);
-    Running running(machine);
-    REQUIRE(eventually([&] { return counter(machine, 0) > 3000; }));
+    CountingProbe probe("diff");
+    auto& [dir, kvm, machine, tracker, running] = probe;
     machine.pause();
     const std::string s1 = dir.file("s1"), s2 = dir.file("s2"), s3 = dir.file("s3");
     const auto before = machine.memory().slice(Gpa(0), 64 * MiB);
@@ -278,15 +290,8 @@ TEST_CASE("a diff snapshot holds exactly the pages dirtied since the last one, d
 TEST_CASE("fork(4) over a frozen memfd layer: each child goes on from the parent's pause in memory of its own; "
           "parent and child are snapshotted and forked again",
           "[kvm][snapshot][fork]") {
-    use_scratch();
-    test::TempDir dir("fork");
-    const Kvm kvm = Kvm::open();
-    Machine machine(kvm, GuestMemory::create(64 * MiB), {.vcpus = 2, .irqchip = true, .log_dirty_pages = true});
-    DirtyTracker tracker = tracker_for(machine.memory());
-    machine.memory().set_dirty_tracker(&tracker);
-    test::install_counter_loops(machine);
-    Running running(machine);
-    REQUIRE(eventually([&] { return counter(machine, 0) > 3000; }));
+    CountingProbe probe("fork");
+    auto& [dir, kvm, machine, tracker, running] = probe;
     machine.pause();
     const std::string s0 = dir.file("s0"), s1 = dir.file("s1"), child_snap = dir.file("child0");
     snapshot::write_full_snapshot(kvm, machine, s0, &tracker);  // the parent's last snapshot before the fork
