@@ -22,20 +22,6 @@ constexpr uint64_t kFixedHeader = 24;  // magic, count, total_pages
 
 uint64_t data_offset(uint64_t count) { return (kFixedHeader + count * 8 + kPageSize - 1) / kPageSize * kPageSize; }
 
-void pwrite_all(int fd, const void* data, uint64_t bytes, uint64_t offset) {
-    const auto* p = static_cast<const uint8_t*>(data);
-    while (bytes > 0) {
-        const ssize_t n = ::pwrite(fd, p, bytes, static_cast<off_t>(offset));
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            throw_errno("pwrite(fork delta)");
-        }
-        p += n;
-        bytes -= static_cast<uint64_t>(n);
-        offset += static_cast<uint64_t>(n);
-    }
-}
-
 void pread_all(int fd, void* data, uint64_t bytes, uint64_t offset, std::string_view what) {
     auto* p = static_cast<uint8_t*>(data);
     while (bytes > 0) {
@@ -75,7 +61,7 @@ Fd write_fork_delta(const GuestMemory& memory, const PageBitmap& pages, uint64_t
     if (!fd) throw_errno("memfd_create(fork delta)");
     const uint64_t data = data_offset(count);
     if (::ftruncate(fd.get(), static_cast<off_t>(data + count * kPageSize)) != 0) throw_errno("ftruncate(fork delta)");
-    pwrite_all(fd.get(), header.data(), header.size() * 8, 0);
+    pwrite_all(fd.get(), reinterpret_cast<const uint8_t*>(header.data()), header.size() * 8, 0, "fork delta");
     // Runs of pages adjacent in RAM and in the delta go in one write.
     for (uint64_t i = 0; i < count;) {
         uint64_t n = 1;
@@ -83,7 +69,7 @@ Fd write_fork_delta(const GuestMemory& memory, const PageBitmap& pages, uint64_t
         while (i + n < count && header[3 + i + n] == header[3 + i] + n &&
                page_host(memory, header[3 + i + n]) == host + n * kPageSize)
             ++n;
-        pwrite_all(fd.get(), host, n * kPageSize, data + i * kPageSize);
+        pwrite_all(fd.get(), host, n * kPageSize, data + i * kPageSize, "fork delta");
         i += n;
     }
     if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)

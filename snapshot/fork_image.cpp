@@ -29,18 +29,7 @@ Fd copy_region(const MemoryRegion& r, uint64_t first, const PageBitmap& pages, u
     if (!fd) throw_errno("memfd_create(fork layer)");
     if (::ftruncate(fd.get(), static_cast<off_t>(r.size)) != 0) throw_errno("ftruncate(fork layer)");
     for_each_page_run(pages, first, r.size / kPageSize, [&](uint64_t p, uint64_t n) {
-        const uint8_t* from = r.host + p * kPageSize;
-        uint64_t left = n * kPageSize, at = p * kPageSize;
-        while (left > 0) {
-            const ssize_t w = ::pwrite(fd.get(), from, left, static_cast<off_t>(at));
-            if (w < 0) {
-                if (errno == EINTR) continue;
-                throw_errno("pwrite(fork layer)");
-            }
-            from += w;
-            at += static_cast<uint64_t>(w);
-            left -= static_cast<uint64_t>(w);
-        }
+        pwrite_all(fd.get(), r.host + p * kPageSize, n * kPageSize, p * kPageSize, "fork layer");
         copied += n;
     });
     return fd;

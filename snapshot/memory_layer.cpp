@@ -39,19 +39,6 @@ bool is_zero(const uint8_t* page) noexcept {
 }
 
 
-void pwrite_all(int fd, const uint8_t* data, uint64_t bytes, uint64_t offset, const std::string& path) {
-    while (bytes > 0) {
-        const ssize_t n = ::pwrite(fd, data, std::min<uint64_t>(bytes, 1ULL << 30), static_cast<off_t>(offset));
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            throw_errno("pwrite " + path);
-        }
-        data += n;
-        bytes -= static_cast<uint64_t>(n);
-        offset += static_cast<uint64_t>(n);
-    }
-}
-
 LayerHeader make_header(uint64_t ram_bytes, uint32_t flags) {
     LayerHeader h{};
     std::memcpy(h.magic, kMagic, sizeof(kMagic));
@@ -152,6 +139,19 @@ std::optional<PageBitmap> candidate_pages(const GuestMemory& memory) {
 }
 
 }  // namespace
+
+void pwrite_all(int fd, const uint8_t* data, uint64_t bytes, uint64_t offset, const std::string& path) {
+    while (bytes > 0) {
+        const ssize_t n = ::pwrite(fd, data, std::min<uint64_t>(bytes, 1ULL << 30), static_cast<off_t>(offset));
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            throw_errno("pwrite " + path);
+        }
+        data += n;
+        bytes -= static_cast<uint64_t>(n);
+        offset += static_cast<uint64_t>(n);
+    }
+}
 
 PageBitmap nonzero_pages(const GuestMemory& memory) {
     const uint64_t total = memory.ram_bytes() / kPageSize;

@@ -89,6 +89,10 @@ void for_each_page_run(const PageBitmap& bits, uint64_t first, uint64_t pages, F
     }
 }
 
+/// Writes all `bytes` at `offset` of `fd` (pwrite, retried on EINTR and short
+/// writes). Throws SysError("pwrite <what>").
+void pwrite_all(int fd, const uint8_t* data, uint64_t bytes, uint64_t offset, const std::string& what);
+
 /// The non-zero pages of `memory`. For Backing::memfd only the memfd's data extents
 /// (SEEK_DATA/SEEK_HOLE) are read; for private_memfd those plus the pages this
 /// process holds privately (/proc/self/pagemap); other backings are read page by
