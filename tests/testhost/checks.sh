@@ -130,6 +130,10 @@ else
   not_ok "snapshot checks: the default root disk was not given (tools/rootfs/build --print-path default)"
 fi
 
+# A failure may be the test host's (an oops, the OOM killer, a segfault): its kernel
+# log's end as diagnostics (linux_guest_suite passes "# dmesg:" lines to stderr).
+[ "$failed" = 0 ] || dmesg 2>/dev/null | tail -n 30 | sed 's/^/# dmesg: /'
+
 # The plan comes last (TAP allows it at the end): every check above counts.
 echo "1..$n"
 [ "$failed" = 0 ]
