@@ -357,7 +357,7 @@ std::unique_ptr<snapshot::PendingSnapshot> LinuxVm::start_snapshot(const LinuxSn
             placement->finish(true);  // placed: the VM's own files may be compacted now
             return names;
         };
-        pending = snapshot::start_full_snapshot(p.kvm, p.machine, request.dir, nullptr, snapshot::CopyMode::background,
+        pending = snapshot::start_full_snapshot(p.kvm, p.machine, request.dir, nullptr, snapshot::CopyMode::freeze,
                                                 std::move(extras));
     });
     return pending;

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "snapshot/fork_delta.hpp"
+#include "snapshot/frozen_ram.hpp"
 #include "snapshot/memory_layer.hpp"
 #include "snapshot/snapshot_error.hpp"
 #include "snapshot/vm_state.hpp"
@@ -106,12 +107,7 @@ void finish_fork(ForkImage& image) {
     // A delta's layer is the one this VM already mapped: whoever froze it seals it.
     if (image.memfds.empty() || image.delta) return;
     // Nothing maps the memfds shared any more: from here on they cannot change.
-    for (const Fd& fd : image.memfds) {
-        int seals = ::fcntl(fd.get(), F_GET_SEALS);
-        if (seals >= 0 && (seals & F_SEAL_SEAL)) continue;  // sealed already
-        if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
-            throw_errno("fcntl(F_ADD_SEALS) on the fork layer");
-    }
+    seal_layer(image.memfds);
 }
 
 RestoredMachine restore_fork(const Kvm& kvm, std::span<const uint8_t> bytes, std::span<const int> memfds,

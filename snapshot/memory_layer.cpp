@@ -9,6 +9,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstring>
+#include <functional>
 #include <filesystem>
 #include <optional>
 #include <vector>
@@ -72,23 +73,10 @@ namespace {
 /// Sets bit (first + p) of `out` for every page p of `r` in the memfd's data
 /// extents (SEEK_DATA/SEEK_HOLE): a hole reads as zero.
 void add_memfd_extents(const MemoryRegion& r, uint64_t first, PageBitmap& out) {
-    off_t at = static_cast<off_t>(r.file_offset);
-    const off_t end = static_cast<off_t>(r.file_offset + r.size);
-    while (at < end) {
-        const off_t data = ::lseek(r.memfd.get(), at, SEEK_DATA);
-        if (data < 0) {
-            if (errno == ENXIO) break;  // no data after `at`
-            throw_errno("lseek(SEEK_DATA) guest RAM");
-        }
-        if (data >= end) break;
-        off_t hole = ::lseek(r.memfd.get(), data, SEEK_HOLE);
-        if (hole < 0) throw_errno("lseek(SEEK_HOLE) guest RAM");
-        hole = std::min(hole, end);
-        const uint64_t from = (static_cast<uint64_t>(data) - r.file_offset) / kPageSize;
-        const uint64_t to = (static_cast<uint64_t>(hole) - r.file_offset + kPageSize - 1) / kPageSize;
-        for (uint64_t p = from; p < to; ++p) out[(first + p) / 64] |= 1ULL << ((first + p) % 64);
-        at = hole;
-    }
+    for_each_data_extent(r.memfd.get(), r.file_offset, r.size, [&](uint64_t from, uint64_t bytes) {
+        const uint64_t to = (from + bytes + kPageSize - 1) / kPageSize;
+        for (uint64_t p = from / kPageSize; p < to; ++p) out[(first + p) / 64] |= 1ULL << ((first + p) % 64);
+    });
 }
 
 /// Sets bit (first + p) for every page p of `r` that this process holds as a private
@@ -151,6 +139,51 @@ void pwrite_all(int fd, const uint8_t* data, uint64_t bytes, uint64_t offset, co
         bytes -= static_cast<uint64_t>(n);
         offset += static_cast<uint64_t>(n);
     }
+}
+
+void for_each_data_extent(int fd, uint64_t offset, uint64_t bytes,
+                          const std::function<void(uint64_t from, uint64_t bytes)>& f) {
+    off_t at = static_cast<off_t>(offset);
+    const off_t end = static_cast<off_t>(offset + bytes);
+    while (at < end) {
+        const off_t data = ::lseek(fd, at, SEEK_DATA);
+        if (data < 0) {
+            if (errno == ENXIO) break;  // no data after `at`
+            throw_errno("lseek(SEEK_DATA) guest RAM");
+        }
+        if (data >= end) break;
+        off_t hole = ::lseek(fd, data, SEEK_HOLE);
+        if (hole < 0) throw_errno("lseek(SEEK_HOLE) guest RAM");
+        hole = std::min(hole, end);
+        f(static_cast<uint64_t>(data) - offset, static_cast<uint64_t>(hole - data));
+        at = hole;
+    }
+}
+
+uint64_t put_memfd(LayerBuilder& builder, int memfd, uint64_t bytes, uint64_t first) {
+    constexpr uint64_t kChunk = 2 * 1024 * 1024;  // one pread and one put per 2 MiB
+    std::vector<uint8_t> buffer(kChunk);
+    uint64_t pages = 0;
+    for_each_data_extent(memfd, 0, bytes, [&](uint64_t from, uint64_t length) {
+        // Whole pages: an extent edge inside a page still covers that page.
+        uint64_t at = from / kPageSize * kPageSize;
+        const uint64_t end = std::min(bytes, (from + length + kPageSize - 1) / kPageSize * kPageSize);
+        while (at < end) {
+            const uint64_t n = std::min(kChunk, end - at);
+            uint64_t got = 0;
+            while (got < n) {
+                const ssize_t r = ::pread(memfd, buffer.data() + got, n - got, static_cast<off_t>(at + got));
+                if (r < 0 && errno == EINTR) continue;
+                if (r < 0) throw_errno("pread(frozen guest RAM)");
+                if (r == 0) throw Error(fmt::format("frozen guest RAM: ends at byte {} of {}", at + got, bytes));
+                got += static_cast<uint64_t>(r);
+            }
+            builder.put(first + at / kPageSize, n / kPageSize, buffer.data());
+            pages += n / kPageSize;
+            at += n;
+        }
+    });
+    return pages;
 }
 
 PageBitmap nonzero_pages(const GuestMemory& memory) {

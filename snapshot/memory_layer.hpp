@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -93,6 +94,12 @@ void for_each_page_run(const PageBitmap& bits, uint64_t first, uint64_t pages, F
 /// writes). Throws SysError("pwrite <what>").
 void pwrite_all(int fd, const uint8_t* data, uint64_t bytes, uint64_t offset, const std::string& what);
 
+/// Calls f(from, bytes) for each data extent of file `fd` inside [offset, offset +
+/// bytes) (lseek SEEK_DATA/SEEK_HOLE: a hole reads as zero), `from` relative to
+/// `offset`, in order. Throws SysError (lseek), or what f throws.
+void for_each_data_extent(int fd, uint64_t offset, uint64_t bytes,
+                          const std::function<void(uint64_t from, uint64_t bytes)>& f);
+
 /// The non-zero pages of `memory`. For Backing::memfd only the memfd's data extents
 /// (SEEK_DATA/SEEK_HOLE) are read; for private_memfd those plus the pages this
 /// process holds privately (/proc/self/pagemap); other backings are read page by
@@ -149,6 +156,13 @@ private:
     std::unique_ptr<std::atomic<uint8_t>[]> kind_;
     std::unique_ptr<uint32_t[]> crc_;  ///< per page, valid when kind_ == 2
 };
+
+/// Puts every page of memfd `memfd`'s first `bytes` that lies in a data extent
+/// (zero pages among them stay holes, as put does) into `builder` as linear pages
+/// from `first`, read with pread in 2 MiB runs: the writer of a snapshot whose RAM
+/// was frozen (snapshot/frozen_ram.hpp). The memfd must not change meanwhile.
+/// Returns the pages read. Throws SysError (lseek, pread, pwrite), Error.
+uint64_t put_memfd(LayerBuilder& builder, int memfd, uint64_t bytes, uint64_t first);
 
 /// Puts the pages set in `pages` (a bitmap over the linear pages) of `memory` into
 /// `builder`, runs of consecutive pages in one call. Throws as LayerBuilder::put.

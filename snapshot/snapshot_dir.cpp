@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "snapshot/crc32c.hpp"
+#include "snapshot/frozen_ram.hpp"
 #include "snapshot/manifest.hpp"
 #include "snapshot/prefetch_list.hpp"
 #include "snapshot/snapshot_error.hpp"
@@ -73,13 +74,21 @@ std::unique_ptr<PendingSnapshot> start_full_snapshot(const Kvm& kvm, Machine& ma
     content.state = capture_state(kvm, machine, std::move(extras.devices), state_ms);
     content.extra_parts = std::move(extras.extra_parts);
     content.sync = extras.sync;
-    const auto t = Clock::now();
+    auto t = Clock::now();
     if (machine.config().log_dirty_pages) (void)collect_dirty_pages(machine, tracker);  // start a new epoch
-    content.pages = populated_pages(machine.memory());
     content.drop_zero_pages = true;
-    const double dirty_ms = ms_since(t);
+    double dirty_ms = 0, freeze_ms = 0;
+    if (mode == CopyMode::freeze && freeze_unsupported_reason(machine.memory()).empty()) {
+        dirty_ms = ms_since(t);
+        t = Clock::now();
+        content.frozen = std::make_unique<FrozenRam>(freeze_ram(machine.memory()));
+        freeze_ms = ms_since(t);
+    } else {
+        content.pages = populated_pages(machine.memory());
+        dirty_ms = ms_since(t);
+    }
     auto pending = std::make_unique<PendingSnapshot>(dir, machine.memory(), std::move(content), mode);
-    pending->add_pause_figures(state_ms, dirty_ms);
+    pending->add_pause_figures(state_ms, dirty_ms, freeze_ms);
     return pending;
 }
 

@@ -42,15 +42,17 @@ struct SnapshotExtras {
 PageBitmap collect_dirty_pages(Machine& machine, DirtyTracker* tracker);
 
 /// Starts a full snapshot of a paused `machine` into directory `dir` (created if
-/// missing): vm.state now, and a base memory layer of the non-zero pages, copied in
-/// the background under userfaultfd write-protect (CopyMode::background, when the
-/// memory allows it) or before returning. The caller may resume the machine as soon
+/// missing): vm.state now, and a base memory layer of the non-zero pages, read after
+/// the pause from RAM frozen in it (CopyMode::freeze, when RAM is a plain memfd:
+/// snapshot/frozen_ram.hpp; the machine then runs over that frozen layer), else
+/// copied in the background under userfaultfd write-protect (CopyMode::background,
+/// when the memory allows it), else before returning. The caller may resume the machine as soon
 /// as this returns; PendingSnapshot::wait_durable() says when it is on disk. With
 /// log_dirty_pages it first clears the dirty log and `tracker`, so a later diff
 /// snapshot holds exactly what changed after this one (writes made during the
 /// background copy included). The Machine must outlive the PendingSnapshot.
 std::unique_ptr<PendingSnapshot> start_full_snapshot(const Kvm& kvm, Machine& machine, const std::string& dir,
-                                                     DirtyTracker* tracker, CopyMode mode = CopyMode::background,
+                                                     DirtyTracker* tracker, CopyMode mode = CopyMode::freeze,
                                                      SnapshotExtras extras = {});
 
 /// Starts a diff snapshot of a paused `machine` into `dir`: vm.state and a memory

@@ -47,7 +47,11 @@ PendingSnapshot::PendingSnapshot(const std::string& dir, GuestMemory& memory, Sn
     builder_ = std::make_unique<LayerBuilder>(snapshot_part(dir_, kLayerFileName) + ".tmp", memory_.ram_bytes(),
                                               content_.parent, content_.drop_zero_pages);
     if (!content_.sync) builder_->skip_sync();
-    if (mode == CopyMode::background) {
+    if (content_.frozen) {
+        // Nothing to protect: nobody writes the frozen memfds any more.
+        stats_.background = true;
+        stats_.frozen = true;
+    } else if (mode != CopyMode::in_pause) {
         std::string reason = WriteProtectCopy::unsupported_reason(memory_);
         if (reason.empty()) {
             const auto t = Clock::now();
@@ -63,7 +67,7 @@ PendingSnapshot::PendingSnapshot(const std::string& dir, GuestMemory& memory, Sn
             log_line("snapshot: copying guest memory inside the pause: " + reason);
         }
     }
-    if (copy_) {
+    if (copy_ || content_.frozen) {
         stats_.background = true;
         writer_ = std::thread([this] {
             try {
@@ -90,7 +94,10 @@ void PendingSnapshot::write_rest() {
     stats_.state_write_ms = ms_since(t);
     test_stall_point("state");
     t = Clock::now();
-    if (copy_) {
+    if (content_.frozen) {
+        write_frozen_ram(*content_.frozen, *builder_);
+        content_.frozen.reset();
+    } else if (copy_) {
         copy_->copy_all();
         stats_.wp_faults = copy_->faults();
         copy_.reset();

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "snapshot/memory_layer.hpp"
+#include "snapshot/frozen_ram.hpp"
 #include "vmm/guest_memory.hpp"
 
 namespace nanovm::snapshot {
@@ -57,13 +58,19 @@ struct SnapshotStats {
     double memory_ms = 0;        ///< writing memory.layer until fsync'd and renamed (after the pause when background)
     double extra_ms = 0;         ///< SnapshotContent::extra_parts (e.g. placing disk layers)
     double durable_ms = 0;       ///< from the start of the writer until the manifest is on disk
-    bool background = false;     ///< the layer was copied after the pause (write-protect)
+    bool background = false;     ///< the layer was copied after the pause (write-protect or frozen RAM)
+    bool frozen = false;         ///< RAM was frozen in the pause and read after it (CopyMode::freeze)
+    double freeze_ms = 0;        ///< the freeze in the pause (mremap + mmap per region), ms
     std::string fallback;        ///< why the copy stayed in the pause (empty if it did not have to)
     uint64_t wp_faults = 0;      ///< writes that hit a protected page during the background copy
 };
 
 /// How the memory layer is copied.
 enum class CopyMode {
+    /// Full snapshots of a plain memfd RAM: frozen in the pause, read after it
+    /// (snapshot/frozen_ram.hpp; the VM then runs over a frozen layer). Otherwise,
+    /// and for diff snapshots, as `background`.
+    freeze,
     background,  ///< after the pause under write-protect when possible, else in the pause
     in_pause,    ///< always in the pause (the caller keeps the VM paused until the constructor returns)
 };
@@ -71,7 +78,7 @@ enum class CopyMode {
 /// What to save, as captured during the pause.
 struct SnapshotContent {
     std::vector<uint8_t> state;       ///< encoded vm.state (snapshot/state_file.hpp format)
-    PageBitmap pages;                 ///< linear pages of the layer
+    PageBitmap pages;                 ///< linear pages of the layer (unused with `frozen`)
     std::optional<ParentRef> parent;  ///< diff layers: the parent layer
     bool drop_zero_pages = false;     ///< base layers: zero pages stay out of the bitmap
     /// Writes the caller's own parts (e.g. disk layers) into the directory, after the
@@ -82,6 +89,9 @@ struct SnapshotContent {
     /// useless after a host crash): the manifest still comes last and atomically,
     /// but "durable" then only means complete.
     bool sync = true;
+    /// RAM frozen in the pause (CopyMode::freeze): the layer is every page its memfds
+    /// hold, read by the writer, which then releases and seals it.
+    std::unique_ptr<FrozenRam> frozen;
 };
 
 /// A snapshot being written. The constructor returns once nothing more needs the
@@ -106,10 +116,12 @@ public:
     bool durable() const noexcept { return durable_.load(std::memory_order_acquire); }
     /// The stats known so far (the pause-time ones right after the constructor).
     const SnapshotStats& stats() const noexcept { return stats_; }
-    /// Pause-time figures that the caller measured (state capture, dirty log) to keep with the rest.
-    void add_pause_figures(double state_ms, double dirty_ms) noexcept {
+    /// Pause-time figures that the caller measured (state capture, dirty log, the
+    /// freeze) to keep with the rest, ms.
+    void add_pause_figures(double state_ms, double dirty_ms, double freeze_ms = 0) noexcept {
         stats_.state_ms += state_ms;
         stats_.dirty_ms += dirty_ms;
+        stats_.freeze_ms += freeze_ms;
     }
     const std::string& dir() const noexcept { return dir_; }
 

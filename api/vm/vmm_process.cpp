@@ -495,7 +495,8 @@ private:
                  {"snapshot_ms", static_cast<double>(call_us) / 1000},
                  {"pause_ms", static_cast<double>(pause_us) / 1000},
                  {"state", to_string(life_.state())},
-                 {"background", pending->stats().background}};
+                 {"background", pending->stats().background},
+                 {"frozen", pending->stats().frozen}};
         if (wait_durable) {
             try {
                 const snapshot::SnapshotStats& stats = pending->wait_durable();

@@ -1,28 +1,33 @@
 // `tools/bench/run snapshot` (nanovm's side; tools/bench/snapshot_bench.py adds the
 // QEMU peer and interleaves the two): pause, resume, snapshot of the running VM and
-// with leave-paused, time to durable, diff snapshot, restore until the vCPUs run (both
-// memory backends, in a new process) and fork n (n child processes restoring one
-// snapshot at once) of a 1024 MiB / 2 vCPU probe guest with 256 MiB of non-zero
-// memory. Prints a table, then one JSON line (DESIGN.md "Conventions"). Medians and
-// p99 (= the maximum for so few runs).
+// with leave-paused, time to durable, a second snapshot of the same VM, diff
+// snapshot, restore until the vCPUs run (both memory backends, in a new process) and
+// fork n (n child processes over one frozen layer) of a 1024 MiB / 2 vCPU probe guest
+// with 256 MiB of non-zero memory. Prints a table, then one JSON line (DESIGN.md
+// "Conventions"). Medians and p99 (= the maximum for so few runs).
 //
 // The 256 MiB are written by the VMM (GuestMemory::write_bytes) before the guest
 // starts; the guest's two counter loops (tests/kvm/snapshot_probe.hpp) keep
 // dirtying 2 x 2048 pages while it runs. The 16 MiB for the diff snapshot are
 // written by the VMM through a DirtyTracker while the guest runs.
+// Each round makes fresh VMs (BenchVm): one for pause/resume, the snapshot of the
+// running VM (the first of a booted VM: its RAM is frozen, snapshot/frozen_ram.hpp),
+// snapshot_again (the same VM again: now over its frozen layer, so write-protected),
+// the diff over that and the restores; one for leave-paused; one per fork n.
 // Restore and fork children are build/tests/kvm/snapshot_child --until-running: each
 // reports when both of its vCPUs' counters have moved and checks that they went on
 // from the snapshot's values (exit 1 otherwise).
-// Fork n: of a fresh parent of the same shape: pause, freeze its RAM as a shared
-// layer of sealed memfds (snapshot/fork_image.hpp), resume; n children map it
-// privately at once; request -> the last child's vCPUs run. fork1_second: the same
-// parent forked again (it keeps its layer; the pages it wrote since go as a delta).
-// Usage: snapshot_bench --dir DIR [--runs N] [--where native|testhost] [--copy background|in-pause]
-//                       [--forks N,N...] [--paced] [--memory-only]
-// --copy in-pause keeps the memory copy inside the pause (the first slice's way),
-// for before/after figures in one run; the default copies it in the background.
-// --paced (for the driver): before each round the guest is paused, "ready" printed and
-// a line read from stdin; after it "round {JSON of its figures}"; no table.
+// Fork n: pause, freeze its RAM as a shared layer of sealed memfds
+// (snapshot/fork_image.hpp), resume; n children map it privately at once; request ->
+// the last child's vCPUs run. fork1_second: the same parent forked again (it keeps
+// its layer; the pages it wrote since go as a delta).
+// Usage: snapshot_bench --dir DIR [--runs N] [--where native|testhost]
+//                       [--copy freeze|background|in-pause] [--forks N,N...] [--paced] [--memory-only]
+// --copy: freeze (the default, what the VMM does), background (write-protect every
+// populated page in the pause, copy after it) or in-pause (copy in the pause), for
+// before/after figures in one run.
+// --paced (for the driver): before each round "ready" is printed and a line read from
+// stdin (no guest of ours runs meanwhile); after it "round {JSON of its figures}"; no table.
 // --memory-only needs no /dev/kvm: it times just the memory-file side (non-zero
 // scan + base layer write, 16 MiB diff layer, flatten, map of the flat file) of the
 // same 1024 MiB memory with 256 MiB written, so it runs on any build machine.
@@ -218,12 +223,67 @@ struct Figures {
     }
 };
 
+const char* copy_mode_name(snapshot::CopyMode mode) {
+    switch (mode) {
+        case snapshot::CopyMode::freeze: return "freeze";
+        case snapshot::CopyMode::background: return "background";
+        case snapshot::CopyMode::in_pause: return "in-pause";
+    }
+    return "?";
+}
+
+// The bench's guest: a 1024 MiB / 2 vCPU probe logging dirty pages (KVM's log and a
+// DirtyTracker), 256 MiB written by the VMM, its counter loops running on a thread
+// from construction until stop() (or the destructor). A fresh one for each figure that
+// depends on what earlier snapshots did to its RAM (a full snapshot freezes it).
+struct BenchVm {
+    explicit BenchVm(const Kvm& kvm)
+        : machine(kvm, GuestMemory::create(1024 * MiB), {.vcpus = 2, .irqchip = true, .log_dirty_pages = true}),
+          tracker(ranges_of(machine.memory())) {
+        machine.memory().set_dirty_tracker(&tracker);
+        fill(machine.memory(), 32 * MiB, 256 * MiB, 0x5a5a5a5a5a5a5a5aULL);
+        test::install_counter_loops(machine);
+        runner = std::thread([this] { reason = test::run_bounded(machine, pio, mmio, std::chrono::hours(1)); });
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    BenchVm(const BenchVm&) = delete;
+    BenchVm& operator=(const BenchVm&) = delete;
+    ~BenchVm() { (void)stop(); }
+    /// Stops the guest (resumed first if paused); what stopped it. Idempotent.
+    const StopReason& stop() {
+        if (runner.joinable()) {
+            machine.resume();
+            machine.request_stop("bench done");
+            runner.join();
+        }
+        return reason;
+    }
+    static std::vector<DirtyTracker::Range> ranges_of(const GuestMemory& memory) {
+        std::vector<DirtyTracker::Range> ranges;
+        for (const MemoryRegion& r : memory.regions()) ranges.push_back({r.gpa, r.size});
+        return ranges;
+    }
+
+    Machine machine;
+    DirtyTracker tracker;
+    test::RecordingPio pio;
+    test::RecordingMmio mmio;
+    StopReason reason;
+    std::thread runner;
+};
+
+// Stops `vm`; throws if its guest stopped for any other reason than the bench's request.
+void stop_checked(BenchVm& vm, const std::string& what) {
+    const StopReason& reason = vm.stop();
+    if (reason.kind != StopReason::Kind::requested) throw Error(fmt::format("{}: the guest stopped: {}", what, reason.describe()));
+}
+
 int run(int argc, char** argv) {
     std::string dir, where = "unknown", child = NANOVM_SNAPSHOT_CHILD;
     int runs = 3;
     bool only_memory = false, paced = false;
     std::vector<int> forks = {1, 4};
-    snapshot::CopyMode mode = snapshot::CopyMode::background;
+    snapshot::CopyMode mode = snapshot::CopyMode::freeze;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--memory-only") {
@@ -247,222 +307,204 @@ int run(int argc, char** argv) {
             }
         } else if (a == "--copy" && i + 1 < argc) {
             const std::string m = argv[++i];
-            if (m != "background" && m != "in-pause") throw Error("--copy is background or in-pause");
-            mode = m == "background" ? snapshot::CopyMode::background : snapshot::CopyMode::in_pause;
+            if (m == "freeze") mode = snapshot::CopyMode::freeze;
+            else if (m == "background") mode = snapshot::CopyMode::background;
+            else if (m == "in-pause") mode = snapshot::CopyMode::in_pause;
+            else throw Error("--copy is freeze, background or in-pause");
         } else
-            throw Error("usage: snapshot_bench --dir DIR [--runs N] [--where native|testhost] [--copy background|in-pause] "
-                        "[--forks N,N...] [--paced] [--memory-only]");
+            throw Error("usage: snapshot_bench --dir DIR [--runs N] [--where native|testhost] "
+                        "[--copy freeze|background|in-pause] [--forks N,N...] [--paced] [--memory-only]");
     }
     if (dir.empty()) throw Error("--dir is required");
     std::filesystem::create_directories(dir);
     if (only_memory) return memory_only(dir, runs, where);
 
     const Kvm kvm = Kvm::open();
-    Machine machine(kvm, GuestMemory::create(1024 * MiB), {.vcpus = 2, .irqchip = true, .log_dirty_pages = true});
-    std::vector<DirtyTracker::Range> ranges;
-    for (const MemoryRegion& r : machine.memory().regions()) ranges.push_back({r.gpa, r.size});
-    DirtyTracker tracker(ranges);
-    machine.memory().set_dirty_tracker(&tracker);
-    fill(machine.memory(), 32 * MiB, 256 * MiB, 0x5a5a5a5a5a5a5a5aULL);
-    test::install_counter_loops(machine);
-    test::RecordingPio pio;
-    test::RecordingMmio mmio;
-    StopReason reason;
-    std::thread runner([&] { reason = test::run_bounded(machine, pio, mmio, std::chrono::hours(4)); });
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-
     std::map<std::string, Series> s;
-    try {
     for (int r = 0; r < runs; ++r) {
         if (paced) {
-            // The driver runs the peer between rounds: the guest stays paused meanwhile.
-            machine.pause();
+            // The driver runs the peer between rounds, while no guest of ours runs.
             std::cout << "ready" << std::endl;
             std::string line;
             if (!std::getline(std::cin, line)) break;
-            machine.resume();
-            std::this_thread::sleep_for(std::chrono::milliseconds(100));
         }
         Figures f{s, {}};
-        // pause / resume
-        auto t = Clock::now();
-        machine.pause();
-        f.add("pause", ms_since(t));
-        t = Clock::now();
-        machine.resume();
-        f.add("resume", ms_since(t));
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        {
+            BenchVm vm(kvm);
+            Machine& machine = vm.machine;
+            DirtyTracker& tracker = vm.tracker;
+            // pause / resume
+            auto t = Clock::now();
+            machine.pause();
+            f.add("pause", ms_since(t));
+            t = Clock::now();
+            machine.resume();
+            f.add("resume", ms_since(t));
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
 
-        // full snapshot of the running VM: pause, capture state + write-protect
-        // memory, resume; the layer is copied in the background until durable.
-        const std::string full = fmt::format("{}/full{}", dir, r);
-        t = Clock::now();
-        machine.pause();
-        const auto tp = Clock::now();
-        auto pending = snapshot::start_full_snapshot(kvm, machine, full, &tracker, mode);
-        f.add("snapshot_in_pause", ms_since(tp));
-        machine.resume();
-        f.add("snapshot", ms_since(t));
-        const snapshot::SnapshotStats stats = pending->wait_durable();
-        f.add("durable", ms_since(t));
-        pending.reset();
-        if (!stats.fallback.empty()) std::cout << "fallback: " << stats.fallback << "\n";
-        f.add("snapshot_state", stats.state_ms);
-        f.add("snapshot_scan", stats.dirty_ms);
-        f.add("snapshot_arm", stats.arm_ms);
-        f.add("snapshot_copy", stats.memory_ms);
-        f.add("snapshot_wp_faults", static_cast<double>(stats.wp_faults));
-        f.add("snapshot_pages", static_cast<double>(stats.data_pages));
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            // full snapshot of the running VM: pause, capture state + freeze (or
+            // write-protect) memory, resume; the layer is written in the background
+            // until durable.
+            const std::string full = fmt::format("{}/full{}", dir, r);
+            t = Clock::now();
+            machine.pause();
+            const auto tp = Clock::now();
+            auto pending = snapshot::start_full_snapshot(kvm, machine, full, &tracker, mode);
+            f.add("snapshot_in_pause", ms_since(tp));
+            machine.resume();
+            f.add("snapshot", ms_since(t));
+            const snapshot::SnapshotStats stats = pending->wait_durable();
+            f.add("durable", ms_since(t));
+            pending.reset();
+            if (!stats.fallback.empty()) std::cout << "fallback: " << stats.fallback << "\n";
+            f.add("snapshot_state", stats.state_ms);
+            f.add("snapshot_scan", stats.dirty_ms);
+            f.add("snapshot_arm", stats.arm_ms);
+            f.add("snapshot_freeze", stats.freeze_ms);
+            f.add("snapshot_copy", stats.memory_ms);
+            f.add("snapshot_wp_faults", static_cast<double>(stats.wp_faults));
+            f.add("snapshot_pages", static_cast<double>(stats.data_pages));
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
 
-        // the same, leaving the VM paused: request -> the call returns (VM paused);
-        // then until durable with the VM still paused; resumed after that (not timed).
-        const std::string paused_full = fmt::format("{}/paused{}", dir, r);
-        t = Clock::now();
-        machine.pause();
-        auto ppending = snapshot::start_full_snapshot(kvm, machine, paused_full, &tracker, mode);
-        f.add("snapshot_paused", ms_since(t));
-        ppending->wait_durable();
-        f.add("paused_durable", ms_since(t));
-        ppending.reset();
-        machine.resume();
+            // A second full snapshot of the same VM: its RAM is a frozen layer now
+            // (with the default copy mode), so this one write-protects what it holds.
+            const std::string again = fmt::format("{}/again{}", dir, r);
+            t = Clock::now();
+            machine.pause();
+            auto apending = snapshot::start_full_snapshot(kvm, machine, again, &tracker, mode);
+            machine.resume();
+            f.add("snapshot_again", ms_since(t));
+            apending->wait_durable();
+            f.add("again_durable", ms_since(t));
+            apending.reset();
 
-        // 16 MiB more, written by the VMM through the tracker while the guest runs
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        fill(machine.memory(), 400 * MiB, 16 * MiB, 0x1234567ULL + static_cast<uint64_t>(r));
-        const std::string diff = fmt::format("{}/diff{}", dir, r);
-        t = Clock::now();
-        machine.pause();
-        auto dpending = snapshot::start_diff_snapshot(kvm, machine, diff, paused_full, &tracker, mode);
-        machine.resume();
-        f.add("diff_snapshot", ms_since(t));
-        const snapshot::SnapshotStats dstats = dpending->wait_durable();
-        f.add("diff_durable", ms_since(t));
-        dpending.reset();
-        f.add("diff_pages", static_cast<double>(dstats.present_pages));
+            // 16 MiB more, written by the VMM through the tracker while the guest runs
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            fill(machine.memory(), 400 * MiB, 16 * MiB, 0x1234567ULL + static_cast<uint64_t>(r));
+            const std::string diff = fmt::format("{}/diff{}", dir, r);
+            t = Clock::now();
+            machine.pause();
+            auto dpending = snapshot::start_diff_snapshot(kvm, machine, diff, again, &tracker, mode);
+            machine.resume();
+            f.add("diff_snapshot", ms_since(t));
+            const snapshot::SnapshotStats dstats = dpending->wait_durable();
+            f.add("diff_durable", ms_since(t));
+            dpending.reset();
+            f.add("diff_pages", static_cast<double>(dstats.present_pages));
+            stop_checked(vm, "the snapshot VM");
 
-        // the file backend's memory file: a full snapshot's layer is mapped as it is,
-        // after one check against the manifest (write_manifest already did it: cached)
-        t = Clock::now();
-        snapshot::ensure_flat_memory(full);
-        f.add("flatten", ms_since(t));
+            // the file backend's memory file: a full snapshot's layer is mapped as it is,
+            // after one check against the manifest (write_manifest already did it: cached)
+            t = Clock::now();
+            snapshot::ensure_flat_memory(full);
+            f.add("flatten", ms_since(t));
 
-        // restore in a new process until its vCPUs run: exec -> both counters moved
-        for (const std::string backend : {"file", "uffd"}) {
-            Child c = spawn_child({child, "--dir", full, "--backend", backend, "--until-running"});
-            const auto out = collect(c);
-            check_child(out, "restore (" + backend + ")");
-            f.add("restore_" + backend, std::chrono::duration<double, std::milli>(running_at(out) - c.started).count());
-            f.add("restore_" + backend + "_call", std::stod(out.at("restore_ms")));
-            f.add("restore_" + backend + "_in_process", std::stod(out.at("running_ms")));
+            // restore in a new process until its vCPUs run: exec -> both counters moved
+            for (const std::string backend : {"file", "uffd"}) {
+                Child c = spawn_child({child, "--dir", full, "--backend", backend, "--until-running"});
+                const auto out = collect(c);
+                check_child(out, "restore (" + backend + ")");
+                f.add("restore_" + backend, std::chrono::duration<double, std::milli>(running_at(out) - c.started).count());
+                f.add("restore_" + backend + "_call", std::stod(out.at("restore_ms")));
+                f.add("restore_" + backend + "_in_process", std::stod(out.at("running_ms")));
+            }
+        }
+        {
+            // The same first snapshot of a fresh VM, leaving it paused: request -> the
+            // call returns (VM paused); then until durable with the VM still paused.
+            BenchVm vm(kvm);
+            const std::string paused_full = fmt::format("{}/paused{}", dir, r);
+            auto t = Clock::now();
+            vm.machine.pause();
+            auto ppending = snapshot::start_full_snapshot(kvm, vm.machine, paused_full, &vm.tracker, mode);
+            f.add("snapshot_paused", ms_since(t));
+            ppending->wait_durable();
+            f.add("paused_durable", ms_since(t));
+            ppending.reset();
+            stop_checked(vm, "the leave-paused VM");
         }
 
-        // fork n (snapshot/fork_image.hpp), of a parent of the same shape made for it
-        // (a fork turns the parent's RAM private; the bench's VM stays a plain memfd):
-        // pause, freeze its RAM as the shared layer + capture vm.state, resume; n
-        // children (snapshot_child --fork-fds: the state and the layer inherited)
-        // restore at once; request -> the last child's vCPUs run. Each child checks
-        // its counters go on from the fork (--until-running). Then a second fork n=1
-        // of the same parent, whose RAM is private now (its layer is a copy).
+        // fork n (snapshot/fork_image.hpp), each of a fresh parent: pause, freeze its
+        // RAM as the shared layer + capture vm.state, resume; n children
+        // (snapshot_child --fork-fds: the state and the layer inherited) restore at
+        // once; request -> the last child's vCPUs run. Each child checks its counters
+        // go on from the fork (--until-running). Then a second fork n=1 of the same
+        // parent, whose RAM is private now (the pages it wrote since go as a delta).
         for (const int n : forks) {
             const std::string name = fmt::format("fork{}", n);
-            Machine parent(kvm, GuestMemory::create(1024 * MiB), {.vcpus = 2, .irqchip = true, .log_dirty_pages = true});
-            fill(parent.memory(), 32 * MiB, 256 * MiB, 0x5a5a5a5a5a5a5a5aULL);
-            test::install_counter_loops(parent);
-            test::RecordingPio ppio;
-            test::RecordingMmio pmmio;
-            std::thread prunner([&] { (void)test::run_bounded(parent, ppio, pmmio, std::chrono::minutes(10)); });
-            try {
-                std::this_thread::sleep_for(std::chrono::milliseconds(100));
-                for (const bool second : {false, true}) {
-                    if (second && n != 1) break;
-                    const std::string key = second ? "fork1_second" : name;
-                    t = Clock::now();
-                    parent.pause();
-                    snapshot::ForkImage image = snapshot::freeze_for_fork(kvm, parent);
-                    parent.resume();
-                    f.add(key + "_resumed", ms_since(t));
-                    f.add(key + "_copied_pages", static_cast<double>(image.copied_pages));
-                    // Inherited by the children: the state in a memfd, the layer (no CLOEXEC).
-                    const Fd state(::memfd_create("fork-state", 0));
-                    if (!state) throw_errno("memfd_create");
-                    if (::pwrite(state.get(), image.state.data(), image.state.size(), 0) !=
-                        static_cast<ssize_t>(image.state.size()))
-                        throw_errno("pwrite fork state");
-                    std::string fds = std::to_string(state.get());
-                    std::vector<Fd> layer;
-                    for (const Fd& fd : image.memfds) {
-                        layer.emplace_back(::fcntl(fd.get(), F_DUPFD, 3));
-                        if (!layer.back()) throw_errno("dup");
-                        fds += "," + std::to_string(layer.back().get());
-                    }
-                    f.add(key + "_delta_pages", static_cast<double>(image.delta_pages));
-                    std::vector<std::string> args = {child, "--fork-fds", fds, "--until-running"};
-                    Fd delta;
-                    if (image.delta) {
-                        delta = Fd(::fcntl(image.delta.get(), F_DUPFD, 3));
-                        if (!delta) throw_errno("dup");
-                        args.push_back("--fork-delta");
-                        args.push_back(std::to_string(delta.get()));
-                    }
-                    std::vector<Child> children;
-                    const int count = second ? 1 : n;
-                    for (int k = 0; k < count; ++k) children.push_back(spawn_child(args));
-                    Clock::time_point last_running = t;
-                    double restore_call = 0;
-                    std::vector<std::map<std::string, std::string>> outs;
-                    for (Child& c : children) outs.push_back(collect(c));  // all reaped before any check throws
-                    // The parent's old mappings go once the children run (the VMM does it
-                    // on an idle-priority thread).
-                    const auto tf = Clock::now();
-                    snapshot::finish_fork(image);
-                    f.add(key + "_finish", ms_since(tf));
-                    for (int k = 0; k < count; ++k) {
-                        const auto& out = outs[k];
-                        check_child(out, fmt::format("{} child {}", key, k));
-                        last_running = std::max(last_running, running_at(out));
-                        restore_call = std::max(restore_call, std::stod(out.at("restore_ms")));
-                    }
-                    f.add(key, std::chrono::duration<double, std::milli>(last_running - t).count());
-                    f.add(key + "_child_restore_call_max", restore_call);
-                }
-            } catch (...) {
+            BenchVm vm(kvm);
+            Machine& parent = vm.machine;
+            for (const bool second : {false, true}) {
+                if (second && n != 1) break;
+                const std::string key = second ? "fork1_second" : name;
+                auto t = Clock::now();
+                parent.pause();
+                snapshot::ForkImage image = snapshot::freeze_for_fork(kvm, parent);
                 parent.resume();
-                parent.request_stop("bench failed");
-                prunner.join();
-                throw;
+                f.add(key + "_resumed", ms_since(t));
+                f.add(key + "_copied_pages", static_cast<double>(image.copied_pages));
+                // Inherited by the children: the state in a memfd, the layer (no CLOEXEC).
+                const Fd state(::memfd_create("fork-state", 0));
+                if (!state) throw_errno("memfd_create");
+                if (::pwrite(state.get(), image.state.data(), image.state.size(), 0) !=
+                    static_cast<ssize_t>(image.state.size()))
+                    throw_errno("pwrite fork state");
+                std::string fds = std::to_string(state.get());
+                std::vector<Fd> layer;
+                for (const Fd& fd : image.memfds) {
+                    layer.emplace_back(::fcntl(fd.get(), F_DUPFD, 3));
+                    if (!layer.back()) throw_errno("dup");
+                    fds += "," + std::to_string(layer.back().get());
+                }
+                f.add(key + "_delta_pages", static_cast<double>(image.delta_pages));
+                std::vector<std::string> args = {child, "--fork-fds", fds, "--until-running"};
+                Fd delta;
+                if (image.delta) {
+                    delta = Fd(::fcntl(image.delta.get(), F_DUPFD, 3));
+                    if (!delta) throw_errno("dup");
+                    args.push_back("--fork-delta");
+                    args.push_back(std::to_string(delta.get()));
+                }
+                std::vector<Child> children;
+                const int count = second ? 1 : n;
+                for (int k = 0; k < count; ++k) children.push_back(spawn_child(args));
+                Clock::time_point last_running = t;
+                double restore_call = 0;
+                std::vector<std::map<std::string, std::string>> outs;
+                for (Child& c : children) outs.push_back(collect(c));  // all reaped before any check throws
+                // The parent's old mappings go once the children run (the VMM does it
+                // on an idle-priority thread).
+                const auto tf = Clock::now();
+                snapshot::finish_fork(image);
+                f.add(key + "_finish", ms_since(tf));
+                for (int k = 0; k < count; ++k) {
+                    const auto& out = outs[k];
+                    check_child(out, fmt::format("{} child {}", key, k));
+                    last_running = std::max(last_running, running_at(out));
+                    restore_call = std::max(restore_call, std::stod(out.at("restore_ms")));
+                }
+                f.add(key, std::chrono::duration<double, std::milli>(last_running - t).count());
+                f.add(key + "_child_restore_call_max", restore_call);
             }
-            parent.resume();
-            parent.request_stop("fork done");
-            prunner.join();
+            stop_checked(vm, "the fork parent");
         }
         if (paced) std::cout << "round " << f.round_json() << std::endl;
         for (const auto& d : std::filesystem::directory_iterator(dir)) std::filesystem::remove_all(d.path());
     }
-    } catch (...) {
-        // Stop the guest and its thread before the error leaves (a joinable thread would abort).
-        machine.resume();
-        machine.request_stop("bench failed");
-        runner.join();
-        throw;
-    }
-    machine.resume();
-    machine.request_stop("bench done");
-    runner.join();
     if (paced) {
-        std::cout << "done stop=" << reason.describe() << std::endl;
-        return reason.kind == StopReason::Kind::requested ? 0 : 1;
+        std::cout << "done stop=requested" << std::endl;
+        return 0;
     }
 
     std::cout << fmt::format("snapshot bench ({}), 1024 MiB / 2 vCPU probe, 256 MiB non-zero, {} runs, copy {}\n", where,
-                             runs, mode == snapshot::CopyMode::background ? "background" : "in-pause");
+                             runs, copy_mode_name(mode));
     print(s);
     std::string json = fmt::format("{{\"case\": \"snapshot\", \"where\": \"{}\"", where);
     for (const auto& [name, series] : s)
         json += fmt::format(", \"nanovm_{}_ms\": {:.3f}, \"nanovm_{}_p99_ms\": {:.3f}", name, series.median(), name,
                             series.p99());
     std::cout << json << "}" << std::endl;
-    return reason.kind == StopReason::Kind::requested ? 0 : 1;
+    return 0;
 }
 
 }  // namespace

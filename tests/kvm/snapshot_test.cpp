@@ -147,7 +147,7 @@ TEST_CASE("a counting probe snapshotted mid-run (memory copied in the background
     // The snapshot call captures state and write-protects memory; the guest then
     // runs on (and keeps writing its areas) while the layer is copied.
     t = Clock::now();
-    const auto pending = snapshot::start_full_snapshot(kvm, machine, snap, nullptr);
+    const auto pending = snapshot::start_full_snapshot(kvm, machine, snap, nullptr, snapshot::CopyMode::background);
     const double snapshot_ms = ms_since(t);
     t = Clock::now();
     machine.resume();
@@ -214,6 +214,12 @@ TEST_CASE("a diff snapshot holds exactly the pages dirtied since the last one, d
     machine.resume();
     const snapshot::SnapshotStats s1_stats = s1_pending->wait_durable();
     CHECK(s1_stats.background);
+    // A booted VM's RAM (a plain memfd) is frozen by a full snapshot: it runs on over
+    // it, and everything below (the diff, its restores) goes through that layer.
+    CHECK(s1_stats.frozen);
+    CHECK(s1_stats.wp_faults == 0);
+    CHECK(machine.memory().backing() == GuestMemory::Backing::private_memfd);
+    CHECK(::pwrite(machine.memory().regions()[0].memfd.get(), "x", 1, 0) == -1);  // sealed once written
     // Let vCPU 0 go less than once around its 2048-page area so that only part of
     // the memory changes.
     REQUIRE(eventually([&] { return counter(machine, 0) > c0 + 700; }, 60s));

@@ -278,6 +278,7 @@ def median(xs):
 MAIN = [
     ("snapshot (running VM: request -> resumed)", "snapshot"),
     ("snapshot, leave paused (request -> call returns)", "snapshot_paused"),
+    ("snapshot again, same VM (over its frozen layer)", "snapshot_again"),
     ("time to durable (running snapshot)", "durable"),
     ("diff snapshot after 16 MiB (request -> resumed)", "diff_snapshot"),
     ("restore, file backend (exec -> vCPUs run)", "restore_file"),
@@ -322,7 +323,7 @@ def main():
     nres, qres = {}, {}
     try:
         if nano:
-            nano.wait_ready()  # its guest is set up and paused
+            nano.wait_ready()  # ready for its first round (no guest of its own running)
         if qemu_bin:
             peer = QemuPeer(qemu_bin, args.bios, qemu_dir, args.qemu_accel)
             fill_s = peer.start_source()
@@ -334,7 +335,7 @@ def main():
                 for k, v in nano.round().items():
                     nres.setdefault(k, []).append(v)
                 if r + 1 < args.runs:
-                    nano.wait_ready()  # paused again while QEMU runs
+                    nano.wait_ready()  # between rounds, no guest of its own runs while QEMU does
             if peer:
                 for k, v in peer.round(r).items():
                     qres.setdefault(k, []).append(v)

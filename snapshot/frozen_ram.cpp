@@ -1,0 +1,60 @@
+#include "snapshot/frozen_ram.hpp"
+
+#include <fcntl.h>
+
+#include "vmm/error.hpp"
+
+namespace nanovm::snapshot {
+
+std::string freeze_unsupported_reason(const GuestMemory& memory) {
+    switch (memory.backing()) {
+        case GuestMemory::Backing::memfd:
+            return {};
+        case GuestMemory::Backing::private_memfd:
+            return "guest RAM is a private mapping over a frozen layer already (a fork, or an earlier snapshot)";
+        case GuestMemory::Backing::private_file:
+            return "guest RAM is a MAP_PRIVATE file mapping (restored with the file backend)";
+        case GuestMemory::Backing::lazy_memfd:
+            return "guest RAM is served by the uffd restore backend";
+    }
+    return "unknown guest RAM backing";
+}
+
+FrozenRam freeze_ram(GuestMemory& memory) {
+    if (const std::string reason = freeze_unsupported_reason(memory); !reason.empty())
+        throw Error("freezing guest RAM: " + reason);
+    FrozenRam ram;
+    std::vector<int> fds;
+    for (const MemoryRegion& r : memory.regions()) {
+        if (r.file_offset != 0) throw Error("freezing guest RAM: a region does not start its memfd");
+        Fd fd(::fcntl(r.memfd.get(), F_DUPFD_CLOEXEC, 0));
+        if (!fd) throw_errno("dup(guest RAM memfd)");
+        fds.push_back(fd.get());
+        ram.memfds.push_back(std::move(fd));
+        ram.bytes.push_back(r.size);
+    }
+    ram.retired = memory.remap_private(fds);
+    return ram;
+}
+
+uint64_t write_frozen_ram(FrozenRam& ram, LayerBuilder& builder) {
+    uint64_t pages = 0, first = 0;
+    for (size_t k = 0; k < ram.memfds.size(); ++k) {
+        pages += put_memfd(builder, ram.memfds[k].get(), ram.bytes[k], first);
+        first += ram.bytes[k] / kPageSize;
+    }
+    ram.retired.release();
+    seal_layer(ram.memfds);
+    return pages;
+}
+
+void seal_layer(const std::vector<Fd>& memfds) {
+    for (const Fd& fd : memfds) {
+        const int seals = ::fcntl(fd.get(), F_GET_SEALS);
+        if (seals >= 0 && (seals & F_SEAL_SEAL)) continue;  // sealed already
+        if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+            throw_errno("fcntl(F_ADD_SEALS) on a frozen layer");
+    }
+}
+
+}  // namespace nanovm::snapshot
