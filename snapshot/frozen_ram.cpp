@@ -6,6 +6,15 @@
 
 namespace nanovm::snapshot {
 
+FrozenRam::~FrozenRam() {
+    retired.release();
+    try {
+        seal_layer(memfds);
+    } catch (const std::exception&) {
+        // Unsealed, the layer still has no writer left: the VM maps it MAP_PRIVATE.
+    }
+}
+
 std::string freeze_unsupported_reason(const GuestMemory& memory) {
     switch (memory.backing()) {
         case GuestMemory::Backing::memfd:

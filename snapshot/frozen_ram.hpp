@@ -25,8 +25,16 @@
 
 namespace nanovm::snapshot {
 
-/// Guest RAM as it was at a snapshot's pause.
+/// Guest RAM as it was at a snapshot's pause. Movable; dropped unwritten (a snapshot
+/// that failed), it still unmaps `retired` and seals the memfds, which the VM maps on.
 struct FrozenRam {
+    FrozenRam() = default;
+    FrozenRam(FrozenRam&&) noexcept = default;
+    FrozenRam& operator=(FrozenRam&&) noexcept = default;
+    FrozenRam(const FrozenRam&) = delete;
+    FrozenRam& operator=(const FrozenRam&) = delete;
+    ~FrozenRam();
+
     std::vector<Fd> memfds;       ///< one per region, GPA order; nothing writes them after freeze_ram
     std::vector<uint64_t> bytes;  ///< each region's size in bytes
     /// The VM's old MAP_SHARED mappings of `memfds`, moved aside in the pause;

@@ -114,3 +114,21 @@ TEST_CASE("a snapshot with CopyMode::freeze of plain memfd RAM is frozen; of RAM
     CHECK(layer_word(l2, 2) == 0x5555);
     CHECK(layer_word(l2, 4) == 0x2004);
 }
+
+TEST_CASE("frozen RAM dropped unwritten (a snapshot that failed) is still released and sealed", "[snapshot][frozen]") {
+    GuestMemory memory = GuestMemory::create(kRam);
+    memory.write<uint64_t>(Gpa(8), 0x77);
+    Fd kept;
+    {
+        FrozenRam ram = freeze_ram(memory);
+        kept = Fd(::fcntl(ram.memfds[0].get(), F_DUPFD_CLOEXEC, 0));
+        REQUIRE(kept.valid());
+        FrozenRam moved = std::move(ram);  // the snapshot took it, then failed
+    }
+    CHECK(::fcntl(kept.get(), F_GET_SEALS) & F_SEAL_WRITE);
+    memory.write<uint64_t>(Gpa(8), 0x78);  // the VM goes on over its private mapping
+    CHECK(memory.read<uint64_t>(Gpa(8)) == 0x78);
+    uint64_t frozen = 0;
+    REQUIRE(::pread(kept.get(), &frozen, sizeof(frozen), 8) == sizeof(frozen));
+    CHECK(frozen == 0x77);
+}
