@@ -91,8 +91,12 @@ void Machine::pause() {
 }
 
 void Machine::resume() {
-    std::lock_guard lock(control_.mutex);
-    control_.pause_requested = false;
+    {
+        std::lock_guard lock(control_.mutex);
+        control_.pause_requested = false;
+    }
+    // Notified after the unlock: a vCPU thread woken on this CPU would otherwise
+    // preempt us while we hold the mutex it needs, and both wait.
     control_.changed.notify_all();
 }
 
