@@ -414,13 +414,16 @@ def main():
         print("QEMU/nanovm (median of per-run ratios): " + ", ".join(
             f"{k[len('qemu_over_nanovm_'):-len('_ratio')]} {v}" for k, v in out.items() if k.endswith("_ratio")))
     notes += [
-        "nanovm snapshot = pause + vm.state + write-protect arming + resume; the 256 MiB are copied "
-        "after the resume (durable = + copy, fsync, manifest). QEMU snapshot = stop + the whole "
-        "migration stream into the file, so it compares with nanovm's durable as much as with its snapshot",
+        "nanovm snapshot = pause + vm.state + freezing its RAM (a fresh VM each round: the first "
+        "snapshot of a booted VM; mremap + mmap) + resume; the 256 MiB are written from the frozen "
+        "memfd after the resume (durable = + write, fsync, manifest). snapshot_again = the same VM "
+        "snapshotted again, now over its frozen layer: write-protect arming of what it holds. QEMU "
+        "snapshot = stop + the whole migration stream into the file, so it compares with nanovm's "
+        "durable as much as with its snapshot",
         "restore: nanovm from exec of snapshot_child until both vCPUs' counters moved (the file "
         "backend maps the full snapshot's memory.layer MAP_PRIVATE as it is; 'flatten' is its one-time check); QEMU from process start "
         "until its incoming migration completed (paused), restore_cont until `cont` returned",
-        "fork n = of a fresh parent of the same shape (running 100 ms): pause, freeze its RAM as "
+        "fork n = of a fresh parent of the same shape (running 200 ms): pause, freeze its RAM as "
         "a shared layer of sealed memfds + vm.state, resume (fork*_resumed), then n snapshot_child "
         "processes map that layer MAP_PRIVATE at once (the state and layer fds inherited), until "
         "the last child's vCPUs run; each child pauses right away and checks that both counters "
@@ -430,8 +433,8 @@ def main():
         "the guests: nanovm's 256 MiB are written by the VMM, both vCPUs run counter loops; "
         "QEMU's guest makes the same 65536 pages non-zero itself (one word per page) and only vCPU 0 runs the loop",
         "QEMU's snapshot file is not fsync'd (exec:cat into the page cache); nanovm's layer is. "
-        "QEMU's source is stopped while it saves; nanovm's guest runs its 2 counter loops during "
-        "the background copy (durable) and during restores and forks",
+        "QEMU's source is stopped while it saves and restores; nanovm's guest runs its 2 counter loops "
+        "during the background copy (durable) and forks, and is stopped during restores",
     ]
     for n in notes:
         print(f"note: {n}")
