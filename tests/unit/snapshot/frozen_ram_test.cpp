@@ -132,3 +132,28 @@ TEST_CASE("frozen RAM dropped unwritten (a snapshot that failed) is still releas
     REQUIRE(::pread(kept.get(), &frozen, sizeof(frozen), 8) == sizeof(frozen));
     CHECK(frozen == 0x77);
 }
+
+TEST_CASE("frozen RAM over two regions (RAM above 4 GiB) puts each region's pages at its linear indices",
+          "[snapshot][frozen]") {
+    test::TempDir dir("frozen-two");
+    const uint64_t ram_bytes = kMmioHoleStart + 8 * MiB;  // 3 GiB below the hole, 8 MiB from 4 GiB
+    GuestMemory memory = GuestMemory::create(ram_bytes);
+    REQUIRE(memory.regions().size() == 2);
+    const uint64_t low_pages = kMmioHoleStart / kPageSize;
+    memory.write<uint64_t>(Gpa(5 * kPageSize + 8), 0x10);
+    memory.write<uint64_t>(Gpa(kHighRamStart + 7 * kPageSize + 8), 0x20);
+    FrozenRam ram = freeze_ram(memory);
+    CHECK(ram.memfds.size() == 2);
+    memory.write<uint64_t>(Gpa(kHighRamStart + 7 * kPageSize + 8), 0x21);
+    const std::string path = dir.file("memory.layer");
+    {
+        LayerBuilder builder(path, ram_bytes, std::nullopt, /*drop_zero_pages=*/true);
+        write_frozen_ram(ram, builder);
+        builder.finish();
+    }
+    const LayerFile layer = LayerFile::open(path);
+    CHECK(layer.header().present_pages == 2);
+    CHECK(layer_word(layer, 5) == 0x10);
+    CHECK(layer_word(layer, low_pages + 7) == 0x20);
+    CHECK(memory.read<uint64_t>(Gpa(kHighRamStart + 7 * kPageSize + 8)) == 0x21);
+}
