@@ -18,10 +18,12 @@
 //   resume                   {"state": "running", "resume_us"}
 //   snapshot dir [leave_paused] [wait_durable]
 //                            pauses (unless paused), drains the devices, freezes the
-//                            writable disk, saves vCPU/device state, starts the memory
-//                            copy in the background and resumes (unless leave_paused);
+//                            writable disk, saves vCPU/device state, freezes the RAM
+//                            (snapshot/frozen_ram.hpp) or write-protects it, and resumes
+//                            (unless leave_paused); the layer is written after that;
 //                            {"dir", "snapshot_ms" (request -> running again), "pause_ms",
-//                             "durable", "durable_ms" (with wait_durable)}. `dir` must be
+//                             "state", "background", "frozen", "durable", "durable_ms"
+//                             (with wait_durable)}. `dir` must be
 //                            absolute and missing or empty.
 //   fork dir                 pauses (unless paused), drains the devices, freezes the
 //                            writable disk and guest RAM (snapshot/fork_image.hpp: the
