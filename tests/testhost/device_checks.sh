@@ -104,7 +104,7 @@ rm -f "$sock" "${sock}_5000"
 # streams start (a guest connect to a missing listener is refused with RST, as it
 # should be); it keeps retrying its own connects until the VM serves port 1234.
 # It takes ~40 s; the limits (200 s) stay well inside the section's attempt timeout
-# (400 s), so that a hang fails this check with its diagnostics instead of timing
+# (600 s), so that a hang fails this check with its diagnostics instead of timing
 # out the whole test host (seen once, in a fresh-clone run of the whole suite).
 timeout 200 python3 "$here/guest/vsock_host.py" "$sock" 64 1048576 >"$dev/vsock-host.log" 2>&1 &
 host_side=$!
