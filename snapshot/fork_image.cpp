@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -52,13 +53,14 @@ ForkImage freeze_for_fork(const Kvm& kvm, Machine& machine, std::string devices,
 
     t = Clock::now();
     switch (memory.backing()) {
-        case GuestMemory::Backing::memfd:
-            for (const MemoryRegion& r : memory.regions()) {
-                Fd fd(::fcntl(r.memfd.get(), F_DUPFD_CLOEXEC, 0));
-                if (!fd) throw_errno("dup(guest RAM memfd)");
-                image.memfds.push_back(std::move(fd));
-            }
-            break;
+        case GuestMemory::Backing::memfd: {
+            // Frozen in place as a snapshot freezes it; finish_fork releases and seals.
+            FrozenRam ram = freeze_ram(memory);
+            image.memfds = std::exchange(ram.memfds, {});
+            image.retired = std::move(ram.retired);
+            image.freeze_ms = ms_since(t);
+            return image;
+        }
         case GuestMemory::Backing::private_memfd: {
             // Keep the layer this VM maps; its own pages travel as a delta.
             for (const MemoryRegion& r : memory.regions()) {

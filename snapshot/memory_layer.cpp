@@ -9,8 +9,8 @@
 #include <bit>
 #include <cstddef>
 #include <cstring>
-#include <functional>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <vector>
 

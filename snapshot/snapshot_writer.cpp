@@ -49,7 +49,6 @@ PendingSnapshot::PendingSnapshot(const std::string& dir, GuestMemory& memory, Sn
     if (!content_.sync) builder_->skip_sync();
     if (content_.frozen) {
         // Nothing to protect: nobody writes the frozen memfds any more.
-        stats_.background = true;
         stats_.frozen = true;
     } else if (mode != CopyMode::in_pause) {
         std::string reason = WriteProtectCopy::unsupported_reason(memory_);

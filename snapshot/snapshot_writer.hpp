@@ -26,8 +26,8 @@
 #include <thread>
 #include <vector>
 
-#include "snapshot/memory_layer.hpp"
 #include "snapshot/frozen_ram.hpp"
+#include "snapshot/memory_layer.hpp"
 #include "vmm/guest_memory.hpp"
 
 namespace nanovm::snapshot {
