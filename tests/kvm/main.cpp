@@ -1,8 +1,6 @@
 // Runner of the probe-guest tests. Without a usable /dev/kvm it lists every test case
-// as skipped and exits 77, which meson counts as a skipped test.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
-
+// as skipped and exits 77, which meson counts as a skipped test. Catch2's
+// implementation and session are in tests/catch_impl.cpp (the catch_impl library).
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -10,20 +8,14 @@
 #include <cstring>
 #include <iostream>
 
-namespace {
-constexpr int kExitSkipped = 77;  // meson's "skipped"
-}
+#include "tests/catch_runner.hpp"
 
 int main(int argc, char** argv) {
-    Catch::Session session;
-    if (const int rc = session.applyCommandLine(argc, argv); rc != 0) return rc;
     const int fd = ::open("/dev/kvm", O_RDWR | O_CLOEXEC);
     if (fd < 0) {
         std::cerr << "kvm_tests: cannot open /dev/kvm: " << std::strerror(errno) << '\n';
-        for (const Catch::TestCase& test : Catch::getAllTestCasesSorted(session.config()))
-            std::cout << "SKIPPED (no /dev/kvm): " << test.name << '\n';
-        return kExitSkipped;
+        return nanovm::testing::skip_catch(argc, argv, "no /dev/kvm");
     }
     ::close(fd);
-    return session.run();
+    return nanovm::testing::run_catch(argc, argv);
 }
