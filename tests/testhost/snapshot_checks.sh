@@ -222,12 +222,14 @@ fi
 
 svm stop "$parent" >/dev/null 2>&1
 # Every VM of this section that crashed (its directory is kept: NANOVM_KEEP_STATE=1):
-# the end of its console, where a guest oops or panic is, and of its VMM's log.
+# the end of its console, where a guest oops or panic is, and of its VMM's log, as
+# "# crashed VM ID:" lines, which linux_guest_suite copies to stderr on a failure.
 for d in "$NANOVM_RUN_DIR"/vms/*/; do
   grep -q 'ended: crash' "$d/vmm.log" 2>/dev/null || continue
-  echo "# VM $(basename "$d") crashed: $(grep -m 1 'ended: crash' "$d/vmm.log")"
-  echo "# its console.log:"; diag "$d/console.log" 40
-  echo "# its vmm.log:"; diag "$d/vmm.log" 15
+  crashed_id=$(basename "$d")
+  echo "# crashed VM $crashed_id: $(grep -m 1 'ended: crash' "$d/vmm.log")"
+  echo "# crashed VM $crashed_id: its console.log:"; tail -n 40 "$d/console.log" 2>/dev/null | sed "s/^/# crashed VM $crashed_id: /"
+  echo "# crashed VM $crashed_id: its vmm.log:"; tail -n 15 "$d/vmm.log" | sed "s/^/# crashed VM $crashed_id: /"
 done
 svm list >/dev/null 2>&1  # removes dead VMs' dirs and unused fork bases
 check "after every VM stopped: no VMM process, no fork base left ($(ls "$NANOVM_RUN_DIR/forks" 2>/dev/null | wc -l) bases)" \
