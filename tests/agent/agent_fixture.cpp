@@ -21,10 +21,7 @@
 
 #include "guest-init/protocol/frame.hpp"
 #include "guest-init/protocol/messages.hpp"
-
-#ifndef NANOVM_AGENT_PATH
-#error "NANOVM_AGENT_PATH: the nanovm-agent binary (set by tests/agent/meson.build)"
-#endif
+#include "tests/agent/agent_path.hpp"
 
 namespace nanovm::agent::testing {
 namespace {
@@ -72,7 +69,7 @@ AgentProcess::AgentProcess() {
     const std::string listen = "unix:" + socket_path_;
     // NANOVM_AGENT overrides the binary (e.g. a sanitizer build of the agent).
     const char* override_path = std::getenv("NANOVM_AGENT");
-    const std::string agent_path = override_path != nullptr && *override_path != '\0' ? override_path : NANOVM_AGENT_PATH;
+    const std::string agent_path = override_path != nullptr && *override_path != '\0' ? override_path : built_agent_path();
     pid_ = ::fork();
     if (pid_ < 0) fail_errno("fork");
     if (pid_ == 0) {

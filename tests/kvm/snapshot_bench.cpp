@@ -53,6 +53,7 @@
 #include "snapshot/fork_image.hpp"
 #include "snapshot/snapshot_dir.hpp"
 #include "tests/kvm/probe.hpp"
+#include "tests/kvm/snapshot_child_path.hpp"
 #include "tests/kvm/snapshot_probe.hpp"
 #include "vmm/error.hpp"
 #include "vmm/fd.hpp"
@@ -279,7 +280,7 @@ void stop_checked(BenchVm& vm, const std::string& what) {
 }
 
 int run(int argc, char** argv) {
-    std::string dir, where = "unknown", child = NANOVM_SNAPSHOT_CHILD;
+    std::string dir, where = "unknown", child = test::snapshot_child_path();
     int runs = 3;
     bool only_memory = false, paced = false;
     std::vector<int> forks = {1, 4};

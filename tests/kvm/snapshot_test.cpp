@@ -31,6 +31,7 @@
 #include "snapshot/prefetch_list.hpp"
 #include "snapshot/snapshot_dir.hpp"
 #include "tests/kvm/probe.hpp"
+#include "tests/kvm/snapshot_child_path.hpp"
 #include "tests/kvm/snapshot_probe.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "vmm/fd.hpp"
@@ -50,7 +51,7 @@ void use_scratch() {
     if (const char* scratch = ::getenv("NANOVM_SCRATCH")) ::setenv("TMPDIR", scratch, 1);
 }
 
-std::string child(const std::string& args) { return std::string(NANOVM_SNAPSHOT_CHILD) + " " + args + " 2>&1"; }
+std::string child(const std::string& args) { return std::string(test::snapshot_child_path()) + " " + args + " 2>&1"; }
 
 uint32_t counter(const Machine& machine, uint32_t vcpu) {
     return const_cast<Machine&>(machine).memory().read<uint32_t>(Gpa(test::standard_loop(vcpu).counter));

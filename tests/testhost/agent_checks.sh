@@ -76,8 +76,12 @@ nv_run term --image "$img" -- sh -c 'kill -TERM $$; sleep 10'
 term_status=$status
 nv_run kill9 --image "$img" -- sh -c 'kill -KILL $$; sleep 10'
 kill_status=$status
-check "a command killed by SIGTERM / SIGKILL exits 143 / 137 (got $term_status / $kill_status)" \
-  test "$term_status" = 143 -a "$kill_status" = 137
+if [ "$term_status" = 143 ] && [ "$kill_status" = 137 ]; then
+  ok "a command killed by SIGTERM / SIGKILL exits 143 / 137 (got $term_status / $kill_status)"
+else
+  not_ok "a command killed by SIGTERM / SIGKILL exits 143 / 137 (got $term_status / $kill_status)"
+  show term.out term.err kill9.out kill9.err
+fi
 start_s=$(date +%s)
 nv_run timeout --image "$img" --timeout 2 -- sleep 60
 took=$(( $(date +%s) - start_s ))
