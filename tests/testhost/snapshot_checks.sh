@@ -228,6 +228,9 @@ for d in "$NANOVM_RUN_DIR"/vms/*/; do
   grep -q 'ended: crash' "$d/vmm.log" 2>/dev/null || continue
   crashed_id=$(basename "$d")
   echo "# crashed VM $crashed_id: $(grep -m 1 'ended: crash' "$d/vmm.log")"
+  # A kernel warning earlier on (the taint flag W) is often the first sign: its start.
+  grep -m 1 -A 14 -e '------------\[ cut here \]' -e 'WARNING: ' "$d/console.log" 2>/dev/null |
+    sed "s/^/# crashed VM $crashed_id: first warning: /"
   echo "# crashed VM $crashed_id: its console.log:"; tail -n 40 "$d/console.log" 2>/dev/null | sed "s/^/# crashed VM $crashed_id: /"
   echo "# crashed VM $crashed_id: its vmm.log:"; tail -n 15 "$d/vmm.log" | sed "s/^/# crashed VM $crashed_id: /"
 done
