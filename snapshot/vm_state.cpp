@@ -21,7 +21,25 @@ size_t kvm_xsave_bytes(Vm& vm) {
     return size > static_cast<int>(kLegacyXsaveBytes) ? static_cast<size_t>(size) : kLegacyXsaveBytes;
 }
 
+// The KVM flavour of this host, read once per process (restores are timed).
+KvmFlavour host_flavour() {
+    static const KvmFlavour flavour = detect_kvm_host().flavour;
+    return flavour;
+}
+
+// Busy-TSS descriptor types and their available forms (SDM Vol. 3A 3.5, table 3-2).
+constexpr uint8_t kTss16Busy = 3;
+constexpr uint8_t kTss64Busy = 11;
+constexpr uint8_t kTssBusyBit = 0x2;
+
 }  // namespace
+
+kvm_sregs sregs_for_restore(const kvm_sregs& saved, KvmFlavour flavour) {
+    kvm_sregs sregs = saved;
+    if (flavour == KvmFlavour::svm && (sregs.tr.type == kTss64Busy || sregs.tr.type == kTss16Busy))
+        sregs.tr.type = static_cast<uint8_t>(sregs.tr.type & ~kTssBusyBit);
+    return sregs;
+}
 
 VmState capture_vm_state(const Kvm& kvm, Machine& machine) {
     VmState state;
@@ -97,13 +115,14 @@ void restore_vm_state(Machine& machine, const VmState& state) {
         vm.set_irqchip(state.irqchip->ioapic);
     }
     const size_t xsave_bytes = kvm_xsave_bytes(vm);
+    const KvmFlavour flavour = host_flavour();
     for (uint32_t i = 0; i < machine.vcpu_count(); ++i) {
         const VcpuState& v = state.vcpus[i];
         Vcpu& vcpu = machine.vcpu(i);
         if (!v.cpuid.empty()) vcpu.set_cpuid2(v.cpuid);
         vcpu.set_mp_state(v.mp_state.mp_state);
         vcpu.set_regs(v.regs);
-        vcpu.set_sregs(v.sregs);
+        vcpu.set_sregs(sregs_for_restore(v.sregs, flavour));
         if (v.xsave.size() > xsave_bytes)
             throw SnapshotError(fmt::format("vm.state: vcpu {} xsave: {} bytes, this KVM takes at most {}", i,
                                             v.xsave.size(), xsave_bytes));

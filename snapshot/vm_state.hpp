@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "vmm/kvm.hpp"
+#include "vmm/kvm_flavour.hpp"
 #include "vmm/machine.hpp"
 
 namespace nanovm::snapshot {
@@ -84,6 +85,18 @@ void restore_vm_state(Machine& machine, const VmState& state);
 /// (restore_vm_state); it has not run yet. Throws as Machine's constructor and
 /// restore_vm_state do.
 std::unique_ptr<Machine> make_restored_machine(const Kvm& kvm, GuestMemory memory, const VmState& state);
+
+/// `saved` as KVM_SET_SREGS should get it on a host of `flavour`. On SVM the loaded
+/// TR goes back with the available-TSS type (9 for a 64-bit TSS, 1 for a 16-bit one)
+/// where KVM_GET_SREGS said busy (11, 3): KVM's svm_get_segment reports TR busy
+/// whatever the VMCB holds, because SVM does not keep that bit (arch/x86/kvm/svm/svm.c,
+/// "the busy flag in the tr selector isn't exposed"), so the VMCB of a guest that ran
+/// LTR holds the available type. QEMU's model of SVM (our test host) checks for
+/// exactly that type on every user-mode port access through the TSS I/O bitmap
+/// (target/i386 check_io) and raised #GP on ioperm()+out in every restored guest
+/// until this. Long mode has no task switches, so nothing else reads the bit. VMX is
+/// left alone: its VM-entry checks require the busy type (SDM 26.3.1.2).
+kvm_sregs sregs_for_restore(const kvm_sregs& saved, KvmFlavour flavour);
 
 /// The vm.state sections of `state` (snapshot/state_file.hpp), as a whole file.
 std::vector<uint8_t> encode_vm_state(const VmState& state);

@@ -16,6 +16,9 @@ export NANOVM_KEEP_STATE=1
 simg=$default_root
 svm() { timeout 300 "$nanovm" vm "$@" </dev/null; }
 sshow() { local f; for f in "$@"; do [ -s "$sn/$f" ] && { echo "# $f:"; diag "$sn/$f" 15; }; done; }
+# sstop ID...: `vm stop`, noting each ID: at the end every one must have powered off.
+stopped=()
+sstop() { local id; for id in "$@"; do [ -n "$id" ] || continue; svm stop "$id" >/dev/null 2>&1; stopped+=("$id"); done; }
 # guest ID CMD: runs the shell line CMD in VM ID, stdout only.
 guest() { svm exec "$1" -- sh -c "$2" 2>>"$sn/exec.err"; }
 
@@ -78,7 +81,7 @@ check "a vsock stream cut by the snapshot is reset in the copy (its command $in_
 uffd_vm=$(svm restore --memory-backend uffd "$sn/snap1" 2>"$sn/restore-uffd.err"); uffd_status=$?
 uffd_kept=$(guest "$uffd_vm" 'cat /root/kept.txt')
 check "vm restore --memory-backend uffd: the file is there (exit $uffd_status)" test "$uffd_kept" = before-snapshot
-svm stop "$uffd_vm" >/dev/null 2>&1
+sstop "$uffd_vm"
 
 # S4. Snapshot of a restored VM, and its restore.
 guest "$restored" 'echo second-generation > /root/gen2.txt; sync' >/dev/null
@@ -87,8 +90,8 @@ third=$(svm restore "$sn/snap2" 2>"$sn/restore2.err")
 gen=$(guest "$third" 'cat /root/kept.txt /root/gen2.txt' | tr '\n' ' ')
 check "a restored VM is snapshotted and restored again: both files there (exit $s2, got '$gen')" \
   test "$gen" = "before-snapshot second-generation "
-svm stop "$third" >/dev/null 2>&1
-svm stop "$restored" >/dev/null 2>&1
+sstop "$third"
+sstop "$restored"
 
 # S5. fork -n 4: four children, each with the parent's file, different random bytes,
 # private writes. Children keep their state directory if they end (for the
@@ -129,7 +132,7 @@ svm fork "${kids[0]:-none}" -n 1 >"$sn/fork2.out" 2>"$sn/fork2.err"; f2=$?
 grandchild=$(head -1 "$sn/fork2.out")
 gc=$(guest "$grandchild" 'cat /root/mine.txt')
 check "a forked child forks again: the grandchild has the child's file (exit $f2)" test "$gc" = "${kids[0]:-x}"
-for k in "${kids[@]}" "$grandchild"; do svm stop "$k" >/dev/null 2>&1; done
+sstop "${kids[@]}" "$grandchild"
 
 # S7. A flipped byte in a part is refused, naming the part.
 for part in vm.state memory.layer disk.ext4; do
@@ -198,7 +201,7 @@ else
   ls -ls "$chain_dir" 2>&1 | sed 's/^/# /'
   echo "# the VM's vmm.log:"; diag "$chain_dir/vmm.log" 15
 fi
-svm stop "$chain" >/dev/null 2>&1
+sstop "$chain"
 for i in 1 3 6; do
   from=$(svm restore "$sn/chain$i" 2>"$sn/chain-restore$i.err"); from_status=$?
   got=$(guest "$from" 'cat /root/c*.txt' | tr '\n' ' ')
@@ -206,7 +209,7 @@ for i in 1 3 6; do
   check "vm restore of snapshot $i of those 6 (exit $from_status): the files written before it, no later one (got '$got')" \
     test "$got" = "$want"
   [ "$got" = "$want" ] || sshow "chain-restore$i.err" exec.err
-  svm stop "$from" >/dev/null 2>&1
+  sstop "$from"
 done
 
 # S9. A snapshot into a non-empty directory is refused; the VM is unharmed.
@@ -220,7 +223,7 @@ else
   echo "# the parent's vmm.log:"; diag "$NANOVM_RUN_DIR/vms/$parent/vmm.log" 15
 fi
 
-svm stop "$parent" >/dev/null 2>&1
+sstop "$parent"
 # Every VM of this section that crashed (its directory is kept: NANOVM_KEEP_STATE=1):
 # the end of its console, where a guest oops or panic is, and of its VMM's log, as
 # "# crashed VM ID:" lines, which linux_guest_suite copies to stderr on a failure.
@@ -234,6 +237,16 @@ for d in "$NANOVM_RUN_DIR"/vms/*/; do
   echo "# crashed VM $crashed_id: its console.log:"; tail -n 40 "$d/console.log" 2>/dev/null | sed "s/^/# crashed VM $crashed_id: /"
   echo "# crashed VM $crashed_id: its vmm.log:"; tail -n 15 "$d/vmm.log" | sed "s/^/# crashed VM $crashed_id: /"
 done
+# Every VM stopped with `vm stop` powered off: its init announced it on the control
+# port (ioperm + out from user mode) before the reset. A restored VM whose TR the
+# emulator took for a busy TSS got #GP there, init died and the VM "crashed" at stop.
+not_off=""
+for id in "${stopped[@]}"; do
+  grep -q 'ended: poweroff' "$NANOVM_RUN_DIR/vms/$id/vmm.log" 2>/dev/null ||
+    not_off+=" $id($(grep -m 1 -o 'ended: [a-z]*' "$NANOVM_RUN_DIR/vms/$id/vmm.log" 2>/dev/null || echo 'no end line'))"
+done
+check "every one of the ${#stopped[@]} VMs stopped here (started, restored from each snapshot, forked) powered off cleanly at vm stop${not_off:+; not:$not_off}" \
+  test -z "$not_off"
 svm list >/dev/null 2>&1  # removes dead VMs' dirs and unused fork bases
 check "after every VM stopped: no VMM process, no fork base left ($(ls "$NANOVM_RUN_DIR/forks" 2>/dev/null | wc -l) bases)" \
   test "$(pgrep -f -- "$nanovm _vmm" | wc -l)" = 0 -a "$(ls "$NANOVM_RUN_DIR/forks" 2>/dev/null | wc -l)" = 0

@@ -138,3 +138,32 @@ TEST_CASE("vm.state with a missing, duplicated or mis-sized section is refused n
     });
     CHECK(decode_error(odd_msrs) == "vm.state: section vcpu 1 msrs: 20 bytes is not a whole number of 16-byte entries");
 }
+
+TEST_CASE("a busy TR goes back to SVM as the available TSS type, unchanged elsewhere", "[snapshot][vm_state]") {
+    kvm_sregs saved{};
+    saved.tr.base = 0xfffffe0000003000;
+    saved.tr.limit = 0x4087;
+    saved.tr.selector = 0x40;
+    saved.tr.type = 11;  // busy 64-bit TSS, as KVM_GET_SREGS reports it
+    saved.tr.present = 1;
+    saved.cr3 = 0x1234000;
+
+    const kvm_sregs svm = sregs_for_restore(saved, KvmFlavour::svm);
+    CHECK(svm.tr.type == 9);
+    CHECK(svm.tr.base == saved.tr.base);
+    CHECK(svm.tr.limit == 0x4087);
+    CHECK(svm.tr.selector == 0x40);
+    CHECK(svm.cr3 == 0x1234000);
+
+    for (KvmFlavour other : {KvmFlavour::vmx, KvmFlavour::pvm}) {
+        CAPTURE(to_string(other));
+        CHECK(sregs_for_restore(saved, other).tr.type == 11);
+    }
+
+    kvm_sregs tss16 = saved;
+    tss16.tr.type = 3;  // busy 16-bit TSS
+    CHECK(sregs_for_restore(tss16, KvmFlavour::svm).tr.type == 1);
+    kvm_sregs available = saved;
+    available.tr.type = 9;
+    CHECK(sregs_for_restore(available, KvmFlavour::svm).tr.type == 9);
+}
