@@ -1,7 +1,9 @@
 // The `nanovm` command line (CLI11): one subcommand per file (*_command.cpp).
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include <exception>
+#include <string>
 #include <string_view>
 
 #include "api/boot_command.hpp"
@@ -83,6 +85,24 @@ int main(int argc, char** argv) {
         VmCommandOptions vm_options;
         const VmCommands vm_commands = add_vm_commands(app, vm_options);
 
+        // CLI11 answers an unknown command word (or an option where one belongs) with
+        // "A subcommand is required": say what was wrong instead, for `nanovm WORD`
+        // and `nanovm vm WORD`.
+        const auto unknown_word = [](const CLI::App& parent, std::string_view word, std::string_view prefix) {
+            if (word == "-h" || word == "--help") return false;
+            const std::string w(word);
+            if (!parent.get_subcommands([&](const CLI::App* s) { return s->check_name(w); }).empty()) return false;
+            std::string names;
+            for (const CLI::App* sub : parent.get_subcommands([](const CLI::App* s) { return !s->get_group().empty(); }))
+                names += (names.empty() ? "" : ", ") + sub->get_name();
+            log_line(fmt::format("{} '{}'; the {}commands are {} (nanovm {}--help)",
+                                 word.starts_with('-') ? "unknown option" : "unknown command", word, prefix, names,
+                                 prefix));
+            return true;
+        };
+        if (argc > 1 && unknown_word(app, argv[1], "")) return exit_status::kUsage;
+        if (argc > 2 && std::string_view(argv[1]) == "vm" && unknown_word(*vm_commands.vm, argv[2], "vm "))
+            return exit_status::kUsage;
         try {
             app.parse(argc, argv);
         } catch (const CLI::ParseError& e) {

@@ -43,9 +43,12 @@ KvmHostInfo detect_kvm_host(const std::string& root = "");
 /// (kPvmBootRefusal). Used by `nanovm boot`, `run` and `vm start` before any work.
 void require_linux_capable_kvm(const KvmHostInfo& host);
 
-/// The message `nanovm boot` prints on a PVM host.
+/// The message `nanovm boot`, `run` and `vm start|restore` print on a PVM host. The
+/// `run` and `vm` commands need a writable state directory in the test host, where
+/// XDG_RUNTIME_DIR is not passed in (README "State directory").
 inline constexpr std::string_view kPvmBootRefusal =
-    "this /dev/kvm is PVM: it cannot run a stock Linux kernel; "
-    "use tools/testhost/run -- build/nanovm boot ...";
+    "this /dev/kvm is PVM: it cannot run a stock Linux kernel; use the test host: "
+    "tools/testhost/run -- build/nanovm boot ..., and for run and vm: "
+    "tools/testhost/run -- sh -c 'NANOVM_RUN_DIR=$NANOVM_SCRATCH/run build/nanovm run ...'";
 
 }  // namespace nanovm

@@ -108,21 +108,38 @@ rm -f "$sock" "${sock}_5000"
 # stay inside the section's attempt timeout (600 s), so that a hang fails this check
 # with its diagnostics instead of timing out the whole test host (seen once, in a
 # fresh-clone run of the whole suite).
-timeout 300 python3 "$here/guest/vsock_host.py" "$sock" 64 1048576 >"$dev/vsock-host.log" 2>&1 &
-host_side=$!
-for _ in $(seq 300); do [ -S "${sock}_5000" ] && break; sleep 0.1; done
-( timeout 300 "$nanovm" boot --cpus 2 --memory 1024 --console "$dev/vsock.console" --root "$default_root,ro" \
-    --disk "$dev/guest-scripts.tar,ro" --vsock "$sock" \
-    --append 'nanovm.exec="mkdir -p /tmp/t && tar -xf /dev/vdb -C /tmp/t && python3 /tmp/t/vsock_guest.py 64 1048576"' \
-    2>"$dev/vsock.err" </dev/null ) &
-vmm=$!
-wait "$host_side"
-wait "$vmm"; vsock_status=$?
+# A try that ends in a guest crash that the VMM reports (a triple fault, a panic) is
+# tried again, up to 3 tries; any other failure (a checksum, a refused stream, a
+# hang) fails the check at once. This check is the emulator's worst case: in the CI
+# run of 2026-11-30 it failed in all three section attempts that got to it, the last
+# a triple fault of vCPU 1 (tools/testhost/README.md "When the emulator breaks a
+# guest").
+vsock_try() {
+  rm -f "$sock" "${sock}_5000"
+  timeout 300 python3 "$here/guest/vsock_host.py" "$sock" 64 1048576 >"$dev/vsock-host.log" 2>&1 &
+  local host_side=$! vmm
+  for _ in $(seq 300); do [ -S "${sock}_5000" ] && break; sleep 0.1; done
+  ( timeout 300 "$nanovm" boot --cpus 2 --memory 1024 --console "$dev/vsock.console" --root "$default_root,ro" \
+      --disk "$dev/guest-scripts.tar,ro" --vsock "$sock" \
+      --append 'nanovm.exec="mkdir -p /tmp/t && tar -xf /dev/vdb -C /tmp/t && python3 /tmp/t/vsock_guest.py 64 1048576"' \
+      2>"$dev/vsock.err" </dev/null ) &
+  vmm=$!
+  wait "$host_side"
+  wait "$vmm"; vsock_status=$?
+}
+vsock_crashes=""
+for vsock_round in 1 2 3; do
+  vsock_try
+  grep -q 'the guest crashed' "$dev/vsock.err" || break
+  vsock_crashes+=" try $vsock_round: $(grep -m 1 -o 'the guest crashed.*' "$dev/vsock.err");"
+  echo "# vsock: try $vsock_round of 3: $(grep -m 1 -o 'the guest crashed.*' "$dev/vsock.err"); its console:"
+  diag "$dev/vsock.console" 12
+done
 if grep -q '^vsock-host: streams=64 ok=64' "$dev/vsock-host.log" &&
    grep -q '^vsock-guest: streams=64 ok=64' "$dev/vsock.console" && [ "$vsock_status" = 0 ]; then
-  ok "vsock: 64 host->guest and 64 guest->host streams of 1 MiB echoed with equal sha256"
+  ok "vsock: 64 host->guest and 64 guest->host streams of 1 MiB echoed with equal sha256${vsock_crashes:+ (on try $vsock_round; earlier:$vsock_crashes)}"
 else
-  not_ok "vsock: 64+64 streams (VMM exit $vsock_status)"; diag "$dev/vsock-host.log" 10; diag "$dev/vsock.console" 15; diag "$dev/vsock.err" 10
+  not_ok "vsock: 64+64 streams (VMM exit $vsock_status, try $vsock_round)"; diag "$dev/vsock-host.log" 10; diag "$dev/vsock.console" 15; diag "$dev/vsock.err" 10
 fi
 
 # D7. virtio-net on a tap: ping and 16 MB over TCP both ways, checksums equal.

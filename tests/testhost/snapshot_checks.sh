@@ -16,9 +16,36 @@ export NANOVM_KEEP_STATE=1
 simg=$default_root
 svm() { timeout 300 "$nanovm" vm "$@" </dev/null; }
 sshow() { local f; for f in "$@"; do [ -s "$sn/$f" ] && { echo "# $f:"; diag "$sn/$f" 15; }; done; }
-# sstop ID...: `vm stop`, noting each ID: at the end every one must have powered off.
+# dump_crash ID: what a crashed VM left (console, VMM log) as "# crashed VM ID:" lines,
+# which linux_guest_suite copies to stderr on a failure.
+declare -A dumped
+dump_crash() {
+  local id=$1 d=$NANOVM_RUN_DIR/vms/$1
+  dumped[$id]=1
+  echo "# crashed VM $id: $(grep -m 1 'ended: crash' "$d/vmm.log")"
+  # A kernel warning earlier on (the taint flag W) is often the first sign: its start.
+  grep -m 1 -A 14 -e '------------\[ cut here \]' -e 'WARNING: ' "$d/console.log" 2>/dev/null |
+    sed "s/^/# crashed VM $id: first warning: /"
+  echo "# crashed VM $id: its console.log:"; tail -n 40 "$d/console.log" 2>/dev/null | sed "s/^/# crashed VM $id: /"
+  echo "# crashed VM $id: its vmm.log:"; tail -n 15 "$d/vmm.log" | sed "s/^/# crashed VM $id: /"
+}
+# sstop ID...: `vm stop`, then notes how each VM ended (its vmm.log's "ended:" line,
+# read at once: the next `vm start|restore|fork` removes a dead VM's directory). At
+# the end of the section every one of them must have powered off.
 stopped=()
-sstop() { local id; for id in "$@"; do [ -n "$id" ] || continue; svm stop "$id" >/dev/null 2>&1; stopped+=("$id"); done; }
+sstop() {
+  local id end
+  for id in "$@"; do
+    [ -n "$id" ] || continue
+    svm stop "$id" >/dev/null 2>&1
+    for _ in $(seq 20); do  # the VMM writes the line as it exits: up to 2 s
+      end=$(grep -m 1 -o 'ended: [a-z]*' "$NANOVM_RUN_DIR/vms/$id/vmm.log" 2>/dev/null) && break
+      sleep 0.1
+    done
+    stopped+=("$id=${end:-no end line}")
+    [ "$end" = "ended: crash" ] && dump_crash "$id"
+  done
+}
 # guest ID CMD: runs the shell line CMD in VM ID, stdout only.
 guest() { svm exec "$1" -- sh -c "$2" 2>>"$sn/exec.err"; }
 
@@ -224,27 +251,17 @@ else
 fi
 
 sstop "$parent"
-# Every VM of this section that crashed (its directory is kept: NANOVM_KEEP_STATE=1):
-# the end of its console, where a guest oops or panic is, and of its VMM's log, as
-# "# crashed VM ID:" lines, which linux_guest_suite copies to stderr on a failure.
+# Every other VM of this section that crashed and whose directory is still there
+# (NANOVM_KEEP_STATE=1 keeps it until the next start, restore or fork).
 for d in "$NANOVM_RUN_DIR"/vms/*/; do
-  grep -q 'ended: crash' "$d/vmm.log" 2>/dev/null || continue
   crashed_id=$(basename "$d")
-  echo "# crashed VM $crashed_id: $(grep -m 1 'ended: crash' "$d/vmm.log")"
-  # A kernel warning earlier on (the taint flag W) is often the first sign: its start.
-  grep -m 1 -A 14 -e '------------\[ cut here \]' -e 'WARNING: ' "$d/console.log" 2>/dev/null |
-    sed "s/^/# crashed VM $crashed_id: first warning: /"
-  echo "# crashed VM $crashed_id: its console.log:"; tail -n 40 "$d/console.log" 2>/dev/null | sed "s/^/# crashed VM $crashed_id: /"
-  echo "# crashed VM $crashed_id: its vmm.log:"; tail -n 15 "$d/vmm.log" | sed "s/^/# crashed VM $crashed_id: /"
+  [ -z "${dumped[$crashed_id]:-}" ] && grep -q 'ended: crash' "$d/vmm.log" 2>/dev/null && dump_crash "$crashed_id"
 done
 # Every VM stopped with `vm stop` powered off: its init announced it on the control
 # port (ioperm + out from user mode) before the reset. A restored VM whose TR the
 # emulator took for a busy TSS got #GP there, init died and the VM "crashed" at stop.
 not_off=""
-for id in "${stopped[@]}"; do
-  grep -q 'ended: poweroff' "$NANOVM_RUN_DIR/vms/$id/vmm.log" 2>/dev/null ||
-    not_off+=" $id($(grep -m 1 -o 'ended: [a-z]*' "$NANOVM_RUN_DIR/vms/$id/vmm.log" 2>/dev/null || echo 'no end line'))"
-done
+for e in "${stopped[@]}"; do [ "${e#*=}" = "ended: poweroff" ] || not_off+=" ${e%%=*} (${e#*=})"; done
 check "every one of the ${#stopped[@]} VMs stopped here (started, restored from each snapshot, forked) powered off cleanly at vm stop${not_off:+; not:$not_off}" \
   test -z "$not_off"
 svm list >/dev/null 2>&1  # removes dead VMs' dirs and unused fork bases

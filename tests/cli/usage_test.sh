@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The nanovm command line's answers to wrong use, without KVM: status 2 and one line
+# naming what was wrong. TAP. Usage: usage_test.sh NANOVM
+nanovm=${1:?usage: usage_test.sh NANOVM}
+n=0 failed=0
+# expect NAME STATUS PATTERN ARGS...: `nanovm ARGS` exits STATUS, stderr matches PATTERN.
+expect() {
+  local name=$1 want=$2 pattern=$3 err status; shift 3
+  err=$("$nanovm" "$@" 2>&1 >/dev/null </dev/null); status=$?
+  n=$((n + 1))
+  if [ "$status" = "$want" ] && grep -qE -- "$pattern" <<<"$err"; then
+    echo "ok $n - $name (exit $status: $(head -n 1 <<<"$err"))"
+  else
+    failed=$((failed + 1))
+    echo "not ok $n - $name: want exit $want and /$pattern/, got exit $status:"; sed 's/^/# /' <<<"$err"
+  fi
+}
+expect "an unknown command is named, with the list of commands" 2 \
+  "^nanovm: unknown command 'frob'; the commands are boot, doctor, run, vm \(nanovm --help\)$" frob
+expect "an unknown option before the command is named" 2 "unknown option '--bogus'" --bogus vm list
+expect "no command at all asks for one" 2 "A subcommand is required" 
+expect "an unknown vm command is named, with the list of vm commands" 2 \
+  "^nanovm: unknown command 'frob'; the vm commands are start, .*, fork \(nanovm vm --help\)$" vm frob
+expect "a memory size out of range names the option" 2 "memory" boot --memory 1 --kernel /nonexistent
+expect "vm exec of an unknown VM: status 125 (exec keeps 0-124 for the command)" 125 "." vm exec nosuchvm -- true
+echo "1..$n"
+[ "$failed" = 0 ]
