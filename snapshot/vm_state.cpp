@@ -23,7 +23,7 @@ size_t kvm_xsave_bytes(Vm& vm) {
 
 // The KVM flavour of this host, read once per process (restores are timed).
 KvmFlavour host_flavour() {
-    static const KvmFlavour flavour = detect_kvm_host().flavour;
+    static const KvmFlavour flavour = detect_kvm_flavour();
     return flavour;
 }
 

@@ -47,6 +47,23 @@ void read_cpu_flags(const std::string& cpuinfo, bool& vmx, bool& svm) {
 
 }  // namespace
 
+namespace {
+
+// The flavour from what detect_kvm_host reads; `cpu_flags` is called only when no KVM
+// module directory decides (KVM built into the kernel).
+template <typename CpuFlags>
+KvmFlavour decide_flavour(bool dev_kvm, bool intel, bool amd, bool pvm, CpuFlags cpu_flags) {
+    if (!dev_kvm) return KvmFlavour::none;  // a module may be loaded without a device (it did not bind)
+    if (intel) return KvmFlavour::vmx;
+    if (amd) return KvmFlavour::svm;
+    if (pvm) return KvmFlavour::pvm;
+    bool vmx = false, svm = false;
+    cpu_flags(vmx, svm);
+    return vmx ? KvmFlavour::vmx : svm ? KvmFlavour::svm : KvmFlavour::pvm;
+}
+
+}  // namespace
+
 KvmHostInfo detect_kvm_host(const std::string& root) {
     KvmHostInfo info;
     info.dev_kvm_exists = path_exists(root + "/dev/kvm");
@@ -54,18 +71,18 @@ KvmHostInfo detect_kvm_host(const std::string& root) {
     info.module_kvm_amd = path_exists(root + "/sys/module/kvm_amd");
     info.module_kvm_pvm = path_exists(root + "/sys/module/kvm_pvm");
     read_cpu_flags(root + "/proc/cpuinfo", info.cpu_vmx, info.cpu_svm);
-
-    if (!info.dev_kvm_exists)
-        info.flavour = KvmFlavour::none;  // a module may be loaded without a device (it did not bind)
-    else if (info.module_kvm_intel)
-        info.flavour = KvmFlavour::vmx;
-    else if (info.module_kvm_amd)
-        info.flavour = KvmFlavour::svm;
-    else if (info.module_kvm_pvm)
-        info.flavour = KvmFlavour::pvm;
-    else
-        info.flavour = info.cpu_vmx ? KvmFlavour::vmx : info.cpu_svm ? KvmFlavour::svm : KvmFlavour::pvm;
+    info.flavour = decide_flavour(info.dev_kvm_exists, info.module_kvm_intel, info.module_kvm_amd,
+                                  info.module_kvm_pvm, [&](bool& vmx, bool& svm) {
+                                      vmx = info.cpu_vmx;
+                                      svm = info.cpu_svm;
+                                  });
     return info;
+}
+
+KvmFlavour detect_kvm_flavour(const std::string& root) {
+    const auto module = [&](const char* name) { return path_exists(root + "/sys/module/" + name); };
+    return decide_flavour(path_exists(root + "/dev/kvm"), module("kvm_intel"), module("kvm_amd"), module("kvm_pvm"),
+                          [&](bool& vmx, bool& svm) { read_cpu_flags(root + "/proc/cpuinfo", vmx, svm); });
 }
 
 void require_linux_capable_kvm(const KvmHostInfo& host) {

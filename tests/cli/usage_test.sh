@@ -18,7 +18,7 @@ expect() {
 expect "an unknown command is named, with the list of commands" 2 \
   "^nanovm: unknown command 'frob'; the commands are boot, doctor, run, vm \(nanovm --help\)$" frob
 expect "an unknown option before the command is named" 2 "unknown option '--bogus'" --bogus vm list
-expect "no command at all asks for one" 2 "A subcommand is required" 
+expect "no command at all asks for one" 2 "A subcommand is required"
 expect "an unknown vm command is named, with the list of vm commands" 2 \
   "^nanovm: unknown command 'frob'; the vm commands are start, .*, fork \(nanovm vm --help\)$" vm frob
 expect "a memory size out of range names the option" 2 "memory" boot --memory 1 --kernel /nonexistent

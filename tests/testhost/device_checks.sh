@@ -99,7 +99,6 @@ fi
 # D6. vsock both ways: 64 concurrent 1 MiB streams each way, checksums equal.
 tar -C "$here/guest" -cf "$dev/guest-scripts.tar" vsock_guest.py
 sock=$dev/vm.vsock
-rm -f "$sock" "${sock}_5000"
 # The host side first: its listener at ${sock}_5000 must exist before the guest's
 # streams start (a guest connect to a missing listener is refused with RST, as it
 # should be); it keeps retrying its own connects until the VM serves port 1234.

@@ -32,7 +32,12 @@ struct FakeRoot {
         std::ofstream(path / "dev/kvm") << "";
         return *this;
     }
-    KvmHostInfo detect() const { return detect_kvm_host(path.string()); }
+    // Both detectors, which must agree on every fake host.
+    KvmHostInfo detect() const {
+        const KvmHostInfo info = detect_kvm_host(path.string());
+        CHECK(detect_kvm_flavour(path.string()) == info.flavour);
+        return info;
+    }
     fs::path path;
 };
 
