@@ -141,4 +141,53 @@ RestoredMachine restore_fork(const Kvm& kvm, const std::string& dir, std::span<c
     return restore_fork(kvm, read_checked_state(dir), memfds, delta_fd, path);
 }
 
+std::unique_ptr<Machine> make_fork_standby(const Kvm& kvm, const MachineInfo& shape) {
+    MachineConfig config;
+    config.vcpus = shape.vcpus;
+    config.irqchip = shape.irqchip != 0;
+    config.log_dirty_pages = true;  // as make_restored_machine
+    return std::make_unique<Machine>(kvm, GuestMemory::create(shape.ram_bytes), config);
+}
+
+RestoredMachine restore_fork(std::unique_ptr<Machine> standby, std::span<const uint8_t> bytes,
+                             std::span<const int> memfds, int delta_fd, std::string_view what) {
+    if (!standby) throw Error("restore_fork: no standby machine");
+    RestoredMachine out;
+    auto t = Clock::now();
+    const VmState state = decode_vm_state(bytes, what);
+    out.devices = state.devices;
+    const MachineInfo& info = state.machine;
+    Machine& machine = *standby;
+    if (info.vcpus != machine.vcpu_count() || (info.irqchip != 0) != machine.config().irqchip ||
+        info.ram_bytes != machine.memory().ram_bytes())
+        throw SnapshotError(fmt::format("{}: the fork's machine ({} vCPUs, irqchip {}, {} MiB) is not the standby's "
+                                        "({} vCPUs, irqchip {}, {} MiB)",
+                                        what, info.vcpus, info.irqchip ? "on" : "off", info.ram_bytes / MiB,
+                                        machine.vcpu_count(), machine.config().irqchip ? "on" : "off",
+                                        machine.memory().ram_bytes() / MiB));
+    out.state_ms = ms_since(t);
+
+    t = Clock::now();
+    try {
+        // The standby's RAM never held a page: what is moved aside goes at once.
+        machine.memory().remap_private(memfds).release();
+    } catch (const Error& e) {
+        throw SnapshotError(fmt::format("{}: {}", what, e.what()));
+    }
+    if (delta_fd >= 0) apply_fork_delta(delta_fd, machine.memory(), fmt::format("{} (delta)", what));
+    out.memory_ms = ms_since(t);
+
+    t = Clock::now();
+    restore_vm_state(machine, state);
+    out.machine = std::move(standby);
+    out.state_ms += ms_since(t);
+    return out;
+}
+
+RestoredMachine restore_fork(std::unique_ptr<Machine> standby, const std::string& dir, std::span<const int> memfds,
+                             int delta_fd) {
+    const std::string path = snapshot_part(dir, kStateFileName);
+    return restore_fork(std::move(standby), read_checked_state(dir), memfds, delta_fd, path);
+}
+
 }  // namespace nanovm::snapshot

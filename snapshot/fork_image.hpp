@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "snapshot/snapshot_dir.hpp"
+#include "snapshot/vm_state.hpp"
 #include "vmm/fd.hpp"
 #include "vmm/kvm.hpp"
 #include "vmm/machine.hpp"
@@ -78,9 +79,31 @@ void finish_fork(ForkImage& image);
 RestoredMachine restore_fork(const Kvm& kvm, std::span<const uint8_t> state, std::span<const int> memfds,
                              int delta_fd = -1, std::string_view what = "fork state");
 
+/// A fork child's Machine made ahead of the fork (a standby): the VM, TSS and
+/// identity-map addresses, irqchip and PIT (`shape.irqchip`), the memslots over
+/// `shape.ram_bytes` of RAM that holds no page yet (fresh memfds, MAP_SHARED) with
+/// dirty logging on, and `shape.vcpus` vCPUs: every KVM object a restore makes
+/// before it sets any state. On this 2-core PVM machine that is ~6-8 ms, the 1 GiB
+/// memslot alone 4-6 ms (/work/s12/kvmtime.c), off the fork's path when made before
+/// the request; restore_fork(standby, ...) then maps the frozen layer over the same
+/// HVA. Throws Error (shape out of range) or SysError (memfd_create, mmap, KVM ioctls).
+std::unique_ptr<Machine> make_fork_standby(const Kvm& kvm, const MachineInfo& shape);
+
+/// restore_fork into `standby` (from make_fork_standby, never run): its RAM mapping
+/// is replaced in place by the frozen layer (GuestMemory::remap_private; KVM's MMU
+/// notifier keeps the memslots right), the delta applied, then the vCPU and VM state
+/// set. Throws SnapshotError when the state's shape (vCPUs, irqchip, RAM bytes) is
+/// not the standby's, else as restore_fork; the standby is consumed either way.
+RestoredMachine restore_fork(std::unique_ptr<Machine> standby, std::span<const uint8_t> state,
+                             std::span<const int> memfds, int delta_fd = -1, std::string_view what = "fork state");
+
 /// restore_fork with the state from directory `dir`'s vm.state (a fork base: a
 /// manifest listing vm.state, and disk layers, but no memory layer), checked
 /// against the manifest first. Throws SnapshotError naming the part, as restore_fork.
 RestoredMachine restore_fork(const Kvm& kvm, const std::string& dir, std::span<const int> memfds, int delta_fd = -1);
+
+/// The same into a standby (see above).
+RestoredMachine restore_fork(std::unique_ptr<Machine> standby, const std::string& dir, std::span<const int> memfds,
+                             int delta_fd = -1);
 
 }  // namespace nanovm::snapshot

@@ -19,7 +19,9 @@
 // from the snapshot's values (exit 1 otherwise).
 // Fork n: pause, freeze its RAM as a shared layer of sealed memfds
 // (snapshot/fork_image.hpp), resume; n children map it privately at once; request ->
-// the last child's vCPUs run. fork1_second: the same parent forked again (it keeps
+// the last child's vCPUs run. forkN: the children are standbys (snapshot_child
+// --standby: VM, memslots and vCPUs made while the parent runs, before the request,
+// as the VMM keeps them for `vm fork`); forkN_cold: started at the request. fork1_second: the same parent forked again (it keeps
 // its layer; the pages it wrote since go as a delta).
 // Usage: snapshot_bench --dir DIR [--runs N] [--where native|testhost]
 //                       [--copy freeze|background|in-pause] [--forks N,N...] [--paced] [--memory-only]
@@ -148,16 +150,25 @@ int memory_only(const std::string& dir, int runs, const std::string& where) {
 struct Child {
     pid_t pid = -1;
     Fd out;
+    Fd in;             ///< the child's stdin (spawn_child with_stdin), else invalid
+    std::string read;  ///< output read ahead by wait_line, not yet collected
     Clock::time_point started;
 };
 
-Child spawn_child(const std::vector<std::string>& args) {
+Child spawn_child(const std::vector<std::string>& args, bool with_stdin = false) {
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) throw_errno("pipe2");
     Fd read_end(fds[0]), write_end(fds[1]);
+    Fd in_read, in_write;
+    if (with_stdin) {
+        if (::pipe2(fds, O_CLOEXEC) != 0) throw_errno("pipe2");
+        in_read = Fd(fds[0]);
+        in_write = Fd(fds[1]);
+    }
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, write_end.get(), STDOUT_FILENO);
+    if (with_stdin) posix_spawn_file_actions_adddup2(&actions, in_read.get(), STDIN_FILENO);
     std::vector<char*> argv;
     for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
@@ -167,12 +178,32 @@ Child spawn_child(const std::vector<std::string>& args) {
     posix_spawn_file_actions_destroy(&actions);
     if (rc != 0) throw SysError("posix_spawn " + args[0], rc);
     child.out = std::move(read_end);
+    child.in = std::move(in_write);
     return child;
+}
+
+// Reads the child's output until the line `want` (kept for collect); throws Error
+// with what it printed if it exits first.
+void wait_line(Child& child, const std::string& want) {
+    char buf[4096];
+    while (child.read.find(want + "\n") == std::string::npos) {
+        const ssize_t n = ::read(child.out.get(), buf, sizeof(buf));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) throw Error(fmt::format("the child exited before '{}': {}", want, child.read));
+        child.read.append(buf, static_cast<size_t>(n));
+    }
+}
+
+// Sends one line to the child's stdin.
+void send_line(Child& child, const std::string& line) {
+    const std::string text = line + "\n";
+    if (::write(child.in.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()))
+        throw_errno("write to a standby child");
 }
 
 // Reads the child's "key=value" lines to EOF and reaps it; the status is under "exit".
 std::map<std::string, std::string> collect(Child& child) {
-    std::string text;
+    std::string text = std::move(child.read);
     char buf[4096];
     for (;;) {
         const ssize_t n = ::read(child.out.get(), buf, sizeof(buf));
@@ -435,62 +466,82 @@ int run(int argc, char** argv) {
         // go on from the fork (--until-running). Then a second fork n=1 of the same
         // parent, whose RAM is private now (the pages it wrote since go as a delta).
         for (const int n : forks) {
-            const std::string name = fmt::format("fork{}", n);
-            BenchVm vm(kvm);
-            Machine& parent = vm.machine;
-            for (const bool second : {false, true}) {
-                if (second && n != 1) break;
-                const std::string key = second ? "fork1_second" : name;
-                auto t = Clock::now();
-                parent.pause();
-                snapshot::ForkImage image = snapshot::freeze_for_fork(kvm, parent);
-                parent.resume();
-                f.add(key + "_resumed", ms_since(t));
-                f.add(key + "_copied_pages", static_cast<double>(image.copied_pages));
-                // Inherited by the children: the state in a memfd, the layer (no CLOEXEC).
-                const Fd state(::memfd_create("fork-state", 0));
-                if (!state) throw_errno("memfd_create");
-                if (::pwrite(state.get(), image.state.data(), image.state.size(), 0) !=
-                    static_cast<ssize_t>(image.state.size()))
-                    throw_errno("pwrite fork state");
-                std::string fds = std::to_string(state.get());
-                std::vector<Fd> layer;
-                for (const Fd& fd : image.memfds) {
-                    layer.emplace_back(::fcntl(fd.get(), F_DUPFD, 3));
-                    if (!layer.back()) throw_errno("dup");
-                    fds += "," + std::to_string(layer.back().get());
+            for (const bool standby : {true, false}) {
+                // Each mode on a fresh parent (a first fork: no delta).
+                const std::string name = fmt::format("fork{}{}", n, standby ? "" : "_cold");
+                BenchVm vm(kvm);
+                Machine& parent = vm.machine;
+                const std::string shape = fmt::format("{},{},{}", parent.vcpu_count(), parent.memory().ram_bytes() / MiB,
+                                                      parent.config().irqchip ? 1 : 0);
+                for (const bool second : {false, true}) {
+                    if (second && (n != 1 || !standby)) break;
+                    const std::string key = second ? "fork1_second" : name;
+                    const int count = second ? 1 : n;
+                    // Standby children are made (and ready) while the parent runs, before the request.
+                    std::vector<Child> children;
+                    if (standby) {
+                        for (int k = 0; k < count; ++k)
+                            children.push_back(spawn_child({child, "--standby", shape, "--until-running"}, true));
+                        for (Child& c : children) wait_line(c, "standby_ready");
+                    }
+                    auto t = Clock::now();
+                    parent.pause();
+                    snapshot::ForkImage image = snapshot::freeze_for_fork(kvm, parent);
+                    parent.resume();
+                    f.add(key + "_resumed", ms_since(t));
+                    f.add(key + "_copied_pages", static_cast<double>(image.copied_pages));
+                    // The state in a memfd; the layer's fds (no CLOEXEC: a cold child inherits them).
+                    const Fd state(::memfd_create("fork-state", 0));
+                    if (!state) throw_errno("memfd_create");
+                    if (::pwrite(state.get(), image.state.data(), image.state.size(), 0) !=
+                        static_cast<ssize_t>(image.state.size()))
+                        throw_errno("pwrite fork state");
+                    std::string fds = std::to_string(state.get());
+                    std::vector<Fd> layer;
+                    for (const Fd& fd : image.memfds) {
+                        layer.emplace_back(::fcntl(fd.get(), F_DUPFD, 3));
+                        if (!layer.back()) throw_errno("dup");
+                        fds += "," + std::to_string(layer.back().get());
+                    }
+                    f.add(key + "_delta_pages", static_cast<double>(image.delta_pages));
+                    Fd delta;
+                    if (image.delta) {
+                        delta = Fd(::fcntl(image.delta.get(), F_DUPFD, 3));
+                        if (!delta) throw_errno("dup");
+                    }
+                    if (standby) {
+                        // A standby opens them through /proc/PID/fd, as the VMM's fork children do.
+                        const std::string line = fmt::format("{} {}{}", ::getpid(), fds,
+                                                             delta ? " " + std::to_string(delta.get()) : "");
+                        for (Child& c : children) send_line(c, line);
+                    } else {
+                        std::vector<std::string> args = {child, "--fork-fds", fds, "--until-running"};
+                        if (delta) {
+                            args.push_back("--fork-delta");
+                            args.push_back(std::to_string(delta.get()));
+                        }
+                        for (int k = 0; k < count; ++k) children.push_back(spawn_child(args));
+                    }
+                    Clock::time_point last_running = t;
+                    double restore_call = 0;
+                    std::vector<std::map<std::string, std::string>> outs;
+                    for (Child& c : children) outs.push_back(collect(c));  // all reaped before any check throws
+                    // The parent's old mappings go once the children run (the VMM does it
+                    // on an idle-priority thread).
+                    const auto tf = Clock::now();
+                    snapshot::finish_fork(image);
+                    f.add(key + "_finish", ms_since(tf));
+                    for (int k = 0; k < count; ++k) {
+                        const auto& out = outs[k];
+                        check_child(out, fmt::format("{} child {}", key, k));
+                        last_running = std::max(last_running, running_at(out));
+                        restore_call = std::max(restore_call, std::stod(out.at("restore_ms")));
+                    }
+                    f.add(key, std::chrono::duration<double, std::milli>(last_running - t).count());
+                    f.add(key + "_child_restore_call_max", restore_call);
                 }
-                f.add(key + "_delta_pages", static_cast<double>(image.delta_pages));
-                std::vector<std::string> args = {child, "--fork-fds", fds, "--until-running"};
-                Fd delta;
-                if (image.delta) {
-                    delta = Fd(::fcntl(image.delta.get(), F_DUPFD, 3));
-                    if (!delta) throw_errno("dup");
-                    args.push_back("--fork-delta");
-                    args.push_back(std::to_string(delta.get()));
-                }
-                std::vector<Child> children;
-                const int count = second ? 1 : n;
-                for (int k = 0; k < count; ++k) children.push_back(spawn_child(args));
-                Clock::time_point last_running = t;
-                double restore_call = 0;
-                std::vector<std::map<std::string, std::string>> outs;
-                for (Child& c : children) outs.push_back(collect(c));  // all reaped before any check throws
-                // The parent's old mappings go once the children run (the VMM does it
-                // on an idle-priority thread).
-                const auto tf = Clock::now();
-                snapshot::finish_fork(image);
-                f.add(key + "_finish", ms_since(tf));
-                for (int k = 0; k < count; ++k) {
-                    const auto& out = outs[k];
-                    check_child(out, fmt::format("{} child {}", key, k));
-                    last_running = std::max(last_running, running_at(out));
-                    restore_call = std::max(restore_call, std::stod(out.at("restore_ms")));
-                }
-                f.add(key, std::chrono::duration<double, std::milli>(last_running - t).count());
-                f.add(key + "_child_restore_call_max", restore_call);
+                stop_checked(vm, "the fork parent");
             }
-            stop_checked(vm, "the fork parent");
         }
         if (paced) std::cout << "round " << f.round_json() << std::endl;
         for (const auto& d : std::filesystem::directory_iterator(dir)) std::filesystem::remove_all(d.path());

@@ -18,6 +18,11 @@
 // (snapshot/fork_image.hpp): vm.state bytes read from the inherited fd STATE_FD,
 // RAM a private mapping of the inherited frozen memfds; --fork-delta FD: and the
 // inherited delta applied over it (snapshot/fork_delta.hpp).
+// --standby VCPUS,RAM_MIB,IRQCHIP instead of --dir/--fork-fds: a fork child made
+// ahead (snapshot::make_fork_standby) that prints "standby_ready", then reads one line
+// from stdin, "PID STATE_FD,MEMFD[,MEMFD] [DELTA_FD]" (fds of process PID, opened
+// through /proc/PID/fd as the VMM's fork children open theirs), and goes on as a
+// --fork-fds child from there.
 // --mark V: right after the restore, store the dword V at GPA kMarkGpa (20 MiB);
 // after --run-ms, print mark=V' as read back then (another VM's store would show).
 //   uffd_faults=N, stop=<reason>; error=<message> and exit 1 on failure.
@@ -30,6 +35,7 @@
 //   counter<i>_after=N    and exit 1 (error=...) unless, in vCPU i's area, the values
 //                         above the restored counter are exactly restored+1 ..
 //                         counter_after, each once (no gap, no value from nowhere)
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -146,7 +152,7 @@ int run_until_running(Machine& machine, Clock::time_point restore_start) {
 }
 
 int run(int argc, char** argv) {
-    std::string dir, backend = "file", snapshot_to, full_snapshot_to, fork_fds;
+    std::string dir, backend = "file", snapshot_to, full_snapshot_to, fork_fds, standby;
     int fork_delta = -1;
     std::optional<uint32_t> mark;
     int run_ms = 0;
@@ -166,19 +172,56 @@ int run(int argc, char** argv) {
         else if (a == "--full-snapshot-to") full_snapshot_to = next();
         else if (a == "--fork-fds") fork_fds = next();
         else if (a == "--fork-delta") fork_delta = std::stoi(next());
+        else if (a == "--standby") standby = next();
         else if (a == "--mark") mark = static_cast<uint32_t>(std::stoul(next(), nullptr, 0));
         else if (a == "--ram-crc") want_ram_crc = true;
         else if (a == "--until-running") until_running = true;
         else throw Error("unknown argument " + a);
     }
-    if (dir.empty() == fork_fds.empty()) throw Error("one of --dir and --fork-fds is required");
+    if (dir.empty() + fork_fds.empty() + standby.empty() != 2)
+        throw Error("one of --dir, --fork-fds and --standby is required");
     if (backend != "file" && backend != "uffd") throw Error("--backend is file or uffd");
     if (!snapshot_to.empty() && dir.empty()) throw Error("--snapshot-to needs --dir (the diff's parent)");
 
     const Kvm kvm = Kvm::open();
-    const auto t = Clock::now();
+    auto t = Clock::now();
     snapshot::RestoredMachine restored;
-    if (!fork_fds.empty()) {
+    if (!standby.empty()) {
+        snapshot::MachineInfo shape;
+        unsigned mib = 0;
+        char tail = 0;
+        if (std::sscanf(standby.c_str(), "%u,%u,%u%c", &shape.vcpus, &mib, &shape.irqchip, &tail) != 3)
+            throw Error("--standby VCPUS,RAM_MIB,IRQCHIP");
+        shape.ram_bytes = uint64_t{mib} * MiB;
+        auto machine = snapshot::make_fork_standby(kvm, shape);
+        std::cout << "standby_ready" << std::endl;
+        std::string line;
+        if (!std::getline(std::cin, line)) throw Error("standby: no fork arrived (stdin closed)");
+        t = Clock::now();
+        unsigned long pid = 0;
+        char fds_text[256] = {};
+        int delta = -1;
+        if (std::sscanf(line.c_str(), "%lu %255s %d", &pid, fds_text, &delta) < 2)
+            throw Error("standby: expected 'PID STATE_FD,MEMFD[,MEMFD] [DELTA_FD]', got '" + line + "'");
+        std::vector<Fd> opened;
+        const auto open_fd = [&](const std::string& number) {
+            const std::string path = fmt::format("/proc/{}/fd/{}", pid, number);
+            opened.emplace_back(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+            if (!opened.back()) throw_errno("open " + path);
+            return opened.back().get();
+        };
+        std::vector<int> fds;
+        const std::string list = fds_text;
+        for (size_t pos = 0; pos <= list.size();) {
+            const size_t comma = std::min(list.find(',', pos), list.size());
+            fds.push_back(open_fd(list.substr(pos, comma - pos)));
+            pos = comma + 1;
+        }
+        if (fds.size() < 2) throw Error("standby: STATE_FD,MEMFD[,MEMFD]");
+        const int delta_fd = delta >= 0 ? open_fd(std::to_string(delta)) : -1;
+        const std::vector<uint8_t> state = read_fd(fds[0]);
+        restored = snapshot::restore_fork(std::move(machine), state, std::span<const int>(fds).subspan(1), delta_fd);
+    } else if (!fork_fds.empty()) {
         std::vector<int> fds;
         for (size_t pos = 0; pos <= fork_fds.size();) {
             const size_t comma = std::min(fork_fds.find(',', pos), fork_fds.size());

@@ -406,11 +406,20 @@ TEST_CASE("fork(4) over a frozen memfd layer: each child goes on from the parent
     CHECK(test::ram_crc(machine.memory()) == crc_parent);
     running.stop();
 
-    // A child of that fork runs, then is forked itself; the grandchild starts from
-    // exactly the child's RAM and goes on counting.
+    // A child of that fork, restored into a standby made ahead (make_fork_standby),
+    // runs, then is forked itself; the grandchild starts from exactly the child's RAM
+    // and goes on counting. A standby of another shape is refused, naming both.
     std::vector<int> again_fds;
     for (const Fd& fd : again.memfds) again_fds.push_back(fd.get());
-    snapshot::RestoredMachine child_vm = snapshot::restore_fork(kvm, again.state, again_fds, again.delta.get());
+    const snapshot::MachineInfo shape{machine.vcpu_count(), machine.config().irqchip ? 1u : 0u,
+                                      machine.memory().ram_bytes()};
+    snapshot::MachineInfo other = shape;
+    other.vcpus = shape.vcpus == 1 ? 2 : 1;
+    CHECK_THROWS_WITH(snapshot::restore_fork(snapshot::make_fork_standby(kvm, other), again.state, again_fds,
+                                             again.delta.get()),
+                      Catch::Matchers::Contains("is not the standby's"));
+    snapshot::RestoredMachine child_vm =
+        snapshot::restore_fork(snapshot::make_fork_standby(kvm, shape), again.state, again_fds, again.delta.get());
     CHECK(test::ram_crc(child_vm.machine->memory()) == crc_parent);
     CHECK(counter(*child_vm.machine, 0) == c0_parent);
     Running child_running(*child_vm.machine);

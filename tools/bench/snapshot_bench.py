@@ -283,8 +283,10 @@ MAIN = [
     ("diff snapshot after 16 MiB (request -> resumed)", "diff_snapshot"),
     ("restore, file backend (exec -> vCPUs run)", "restore_file"),
     ("restore, uffd backend (exec -> vCPUs run)", "restore_uffd"),
-    ("fork n=1 (request -> child runs)", "fork1"),
-    ("fork n=4 (request -> last child runs)", "fork4"),
+    ("fork n=1 (request -> child runs; standby VMM)", "fork1"),
+    ("fork n=4 (request -> last child runs; standbys)", "fork4"),
+    ("fork n=1, cold (child process started at the request)", "fork1_cold"),
+    ("fork n=4, cold", "fork4_cold"),
     ("pause", "pause"),
     ("resume", "resume"),
 ]
@@ -425,9 +427,14 @@ def main():
         "until its incoming migration completed (paused), restore_cont until `cont` returned",
         "fork n = of a fresh parent of the same shape (running 200 ms): pause, freeze its RAM as "
         "a shared layer of sealed memfds + vm.state, resume (fork*_resumed), then n snapshot_child "
-        "processes map that layer MAP_PRIVATE at once (the state and layer fds inherited), until "
+        "processes map that layer MAP_PRIVATE at once, until "
         "the last child's vCPUs run; each child pauses right away and checks that both counters "
-        "went on from the fork's values (exit 1 otherwise). fork1_second: the same parent forked "
+        "went on from the fork's values (exit 1 otherwise). fork1/fork4: the children are standbys, "
+        "started while the parent runs, before the request (snapshot::make_fork_standby: VM, irqchip, "
+        "memslots over empty RAM, vCPUs), as the VMM keeps them for `vm fork`; the request hands "
+        "them the layer (opened through /proc/PID/fd) and they map it over their memslots' HVA. "
+        "fork*_cold: a child process started at the request (the state and layer fds inherited). "
+        "fork1_second: the same parent forked "
         "again: it keeps its layer, and the pages it wrote since the first fork go to the "
         "children as a delta copied in the pause (fork1_second_delta_pages)",
         "the guests: nanovm's 256 MiB are written by the VMM, both vCPUs run counter loops; "
