@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
             return exec_like ? vm::kExecNanovmError : exit_status::kUsage;
         }
         if (*run) return run_run(run_options);
-        if (*vm_commands.vm || *vm_commands.vmm) return run_vm_command(vm_commands, vm_options);
+        if (*vm_commands.vm || *vm_commands.vmm || *vm_commands.standby) return run_vm_command(vm_commands, vm_options);
         if (*boot) {
             try {
                 if (!root_spec.empty()) {

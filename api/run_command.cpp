@@ -36,7 +36,10 @@ int run(const RunOptions& options) {
     const Fd signals = block_termination_signals();
     vm::StartedVm started;
     try {
-        started = vm::start_vm(options.spec, /*attached=*/true, signals.get());
+        // A one-command VM is not forked: no standbys for it.
+        vm::SandboxSpec spec = options.spec;
+        spec.fork_standby = 0;
+        started = vm::start_vm(spec, /*attached=*/true, signals.get());
     } catch (const vm::Interrupted& i) {
         return 128 + i.signal;
     }

@@ -25,6 +25,7 @@
 #include "api/vm/copy_spec.hpp"
 #include "api/vm/exec_stream.hpp"
 #include "api/vm/launcher.hpp"
+#include "api/vm/standby_keeper.hpp"
 #include "api/vm/state_dir.hpp"
 #include "vmm/error.hpp"
 #include "vmm/log.hpp"
@@ -323,6 +324,7 @@ int vm_restore(const VmCommandOptions& o) {
     vm::SandboxSpec spec;
     spec.restore_dir = absolute_dir(o.snapshot_dir);
     spec.memory_backend = o.memory_backend;
+    spec.fork_standby = o.fork_standby;
     return vm_start(spec);
 }
 
@@ -351,6 +353,8 @@ int vm_fork(const VmCommandOptions& o) {
     // Ctrl-C waits until every child answered or failed: a VMM whose readiness pipe
     // has no reader any more would die of SIGPIPE on "ready".
     const Fd signals = block_termination_signals();
+    // The parent's standbys (api/vm/standby_keeper.hpp): each child takes the first free one.
+    const std::vector<std::string> standby_sockets = vm::standby_sockets(parent.paths.dir);
     std::vector<std::thread> starters;
     std::vector<std::string> ids(o.fork_count), errors(o.fork_count);
     for (uint32_t i = 0; i < o.fork_count; ++i) {
@@ -360,6 +364,8 @@ int vm_fork(const VmCommandOptions& o) {
                 spec.restore_dir = base;
                 spec.fork_memory = memfds;
                 spec.fork_delta = delta;
+                spec.fork_standby = o.fork_standby;
+                spec.standby_sockets = standby_sockets;
                 ids[i] = vm::start_vm(spec, /*attached=*/false).paths.id;
             } catch (const std::exception& e) {
                 errors[i] = e.what();
@@ -377,6 +383,15 @@ int vm_fork(const VmCommandOptions& o) {
         }
     }
     return status;
+}
+
+void add_standby_option(CLI::App* cmd, uint32_t& count) {
+    cmd->add_option("--fork-standby", count,
+                    "Standby VMMs the new VM keeps for its own forks (0 to 4): a fork child that takes one starts "
+                    "without a new process or KVM set-up")
+        ->type_name("N")
+        ->check(CLI::Range(0u, vm::kMaxForkStandby).description(""))
+        ->capture_default_str();
 }
 
 void add_shape_options(CLI::App* cmd, vm::SandboxSpec& spec) {
@@ -407,6 +422,7 @@ VmCommands add_vm_commands(CLI::App& app, VmCommandOptions& o) {
 
     c.start = c.vm->add_subcommand("start", "Start a sandbox VM in the background; print its id once it answers");
     add_shape_options(c.start, o.spec);
+    add_standby_option(c.start, o.spec.fork_standby);
 
     c.exec = c.vm->add_subcommand("exec", "Run a command in a VM, streaming its output; exit with its status");
     c.exec->add_option("id", o.id, "VM id")->required();
@@ -460,11 +476,13 @@ VmCommands add_vm_commands(CLI::App& app, VmCommandOptions& o) {
                           "served on first touch")
         ->check(CLI::IsMember({"file", "uffd"}))
         ->capture_default_str();
+    add_standby_option(c.restore, o.fork_standby);
     c.fork = c.vm->add_subcommand("fork", "Fork a running VM into N new VMs; print their ids");
     c.fork->add_option("id", o.id, "VM id")->required();
     c.fork->add_option("-n", o.fork_count, "How many children (1 to 4)")
         ->check(CLI::Range(1, 4).description(""))
         ->capture_default_str();
+    add_standby_option(c.fork, o.fork_standby);
 
     c.vmm = app.add_subcommand("_vmm", "");  // hidden: the VMM process (launcher.cpp)
     c.vmm->group("");
@@ -480,6 +498,15 @@ VmCommands add_vm_commands(CLI::App& app, VmCommandOptions& o) {
     c.vmm->add_option("--fork-delta", o.vmm.fork_delta);
     c.vmm->add_option("--disk", o.vmm.disks);
     c.vmm->add_option("--boot-timeout-ms", o.vmm_boot_timeout_ms);
+    c.vmm->add_option("--fork-standby", o.vmm.fork_standby)->check(CLI::Range(0u, vm::kMaxForkStandby));
+
+    c.standby = app.add_subcommand("_standby", "");  // hidden: a fork standby (api/vm/fork_standby.hpp)
+    c.standby->group("");
+    c.standby->add_option("--socket", o.standby.socket)->required();
+    c.standby->add_option("--status-fd", o.standby.status_fd)->required();
+    c.standby->add_option("--parent-pid", o.standby.parent_pid)->required();
+    c.standby->add_option("--cpus", o.standby.vcpus)->required()->check(CLI::Range(kMinCpus, kMaxCpus));
+    c.standby->add_option("--ram-bytes", o.standby.ram_bytes)->required();
     return c;
 }
 
@@ -490,6 +517,7 @@ int run_vm_command(const VmCommands& c, const VmCommandOptions& o) {
             vmm.boot_timeout = std::chrono::milliseconds(o.vmm_boot_timeout_ms);
             return vm::run_vmm(vmm);
         }
+        if (*c.standby) return vm::run_fork_standby(o.standby);
         if (*c.start) return vm_start(o.spec);
         if (*c.exec) return vm_exec(o);
         if (*c.cp) return vm_cp(o);

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "api/vm/launcher.hpp"
+#include "api/vm/fork_standby.hpp"
 #include "api/vm/vmm_process.hpp"
 
 namespace nanovm {
@@ -42,7 +43,9 @@ struct VmCommandOptions {
     bool wait_durable = false;               ///< snapshot
     std::string memory_backend = "file";     ///< restore, fork: file | uffd
     uint32_t fork_count = 1;                 ///< fork: children, 1..4
+    uint32_t fork_standby = 1;               ///< restore, fork: standbys the new VMs keep (start: spec.fork_standby)
     vm::VmmOptions vmm;                      ///< _vmm
+    vm::StandbyOptions standby;              ///< _standby
     uint32_t vmm_boot_timeout_ms = 60000;    ///< _vmm
 };
 
@@ -61,6 +64,7 @@ struct VmCommands {
     CLI::App* restore = nullptr;
     CLI::App* fork = nullptr;
     CLI::App* vmm = nullptr;  ///< the hidden `_vmm` (on the top level)
+    CLI::App* standby = nullptr;  ///< the hidden `_standby` (on the top level; api/vm/fork_standby.hpp)
 };
 
 /// Registers `vm` and `_vmm` on `app`, filling `options`.

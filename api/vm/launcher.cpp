@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -20,6 +21,7 @@
 #include "api/boot_command.hpp"
 #include "api/device_options.hpp"
 #include "api/paths.hpp"
+#include "api/vm/standby_handoff.hpp"
 #include "snapshot/manifest.hpp"
 #include "vmm/error.hpp"
 #include "vmm/fd.hpp"
@@ -94,10 +96,20 @@ std::string self_executable() {
     ::_exit(127);
 }
 
+// Waits up to 10 s for the VMM to end: reaps it if it is this process's child,
+// else (a standby) waits until it lets go of the VM's lock.
+void wait_ended(const StartedVm& vm) {
+    if (vm.from_standby) {
+        if (!wait_vmm_gone(vm.paths, std::chrono::seconds(10))) ::kill(vm.pid, SIGKILL);
+        return;
+    }
+    reap_vmm(vm.pid, std::chrono::seconds(10));
+}
+
 // Why the VMM did not become ready: its error line, else the end of its log.
 [[noreturn]] void fail_start(const StartedVm& vm, std::string error, const std::vector<std::string>& console) {
     const std::vector<std::string> vmm_log = file_tail(vm.paths.vmm_log(), 5);
-    reap_vmm(vm.pid, std::chrono::seconds(10));
+    wait_ended(vm);
     remove_if_dead(vm.paths);
     for (const std::string& line : console) log_line("guest console: " + line);
     if (error.empty()) {
@@ -167,18 +179,44 @@ StartedVm start_vm(const SandboxSpec& spec, bool attached, int signal_fd) {
         args.push_back("--disk");
         args.push_back(d);
     }
-    const pid_t parent = ::getpid();
-    const pid_t pid = ::fork();
-    if (pid < 0) {
-        const int err = errno;
-        remove_vm_dir(dir.paths);
-        throw SysError("fork", err);
+    args.push_back("--fork-standby");
+    args.push_back(std::to_string(spec.fork_standby));
+    // A fork child goes to one of the parent's standbys if one takes it.
+    std::optional<pid_t> standby;
+    if (restore && !spec.fork_memory.empty() && !attached) {
+        VmmOptions child;
+        child.id = dir.paths.id;
+        child.cpus = spec.cpus;
+        child.memory_mib = spec.memory_mib;
+        child.image = image;
+        child.disks = spec.disks;
+        child.boot_timeout = spec.boot_timeout;
+        child.restore_dir = std::filesystem::absolute(spec.restore_dir).string();
+        child.memory_backend = spec.memory_backend;
+        child.fork_memory = spec.fork_memory;
+        child.fork_delta = spec.fork_delta;
+        child.fork_standby = spec.fork_standby;
+        for (const std::string& socket : spec.standby_sockets) {
+            std::string why;
+            standby = hand_to_standby(socket, child, dir.lock.get(), ready_write.get(), std::chrono::seconds(2), why);
+            if (standby) break;
+        }
     }
-    if (pid == 0) exec_vmm(exe, args, dir.paths, dir.lock.get(), ready_write.get(), attached, parent);
+    pid_t pid = standby.value_or(-1);
+    if (!standby) {
+        const pid_t parent = ::getpid();
+        pid = ::fork();
+        if (pid < 0) {
+            const int err = errno;
+            remove_vm_dir(dir.paths);
+            throw SysError("fork", err);
+        }
+        if (pid == 0) exec_vmm(exe, args, dir.paths, dir.lock.get(), ready_write.get(), attached, parent);
+    }
     // The VMM holds the lock now (same open file description): ours can go.
     dir.lock.reset();
     ready_write.reset();
-    const StartedVm vm{dir.paths, pid};
+    const StartedVm vm{dir.paths, pid, standby.has_value()};
 
     // Wait for "ready", or "error ..." (+ "console ..." lines), or EOF.
     const auto deadline = Clock::now() + spec.boot_timeout + std::chrono::seconds(30);
@@ -207,7 +245,7 @@ StartedVm start_vm(const SandboxSpec& spec, bool attached, int signal_fd) {
             signalfd_siginfo info{};
             if (::read(signal_fd, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
                 ::kill(pid, SIGTERM);
-                reap_vmm(pid, std::chrono::seconds(10));
+                wait_ended(vm);
                 remove_if_dead(vm.paths);
                 throw Interrupted{static_cast<int>(info.ssi_signo)};
             }

@@ -30,6 +30,12 @@ struct SandboxSpec {
     /// restore_dir is a fork base: the parent's frozen RAM as VmmOptions::fork_memory says.
     std::string fork_memory;
     std::string fork_delta;  ///< with fork_memory: VmmOptions::fork_delta
+    /// With fork_memory: the parent's standby sockets (standby_sockets(), oldest
+    /// first); the child goes to the first that takes it (standby_handoff.hpp), else
+    /// a new VMM process starts as usual.
+    std::vector<std::string> standby_sockets;
+    /// Standbys the new VM keeps for its own forks (VmmOptions::fork_standby).
+    uint32_t fork_standby = 1;
 };
 
 /// <cache_dir()>/rootfs/default/disk.ext4, the image tools/rootfs/build makes.
@@ -39,9 +45,11 @@ std::string default_root_image();
 struct StartedVm {
     VmPaths paths;
     pid_t pid = -1;
+    bool from_standby = false;  ///< a fork child that went to a standby (not a child of this process)
 };
 
-/// Starts a VMM for a new VM and returns once its agent answers. With `attached`
+/// Starts a VMM for a new VM (or hands a fork child to one of the parent's
+/// standbys, see SandboxSpec::standby_sockets) and returns once its agent answers. With `attached`
 /// the VMM gets SIGTERM when this process dies (nanovm run); otherwise it lives on
 /// by itself (nanovm vm start). Either way it runs in its own session, so a Ctrl-C
 /// on this terminal does not reach it. A termination signal that arrives on

@@ -34,6 +34,7 @@
 #include "snapshot/snapshot_writer.hpp"
 #include "api/vm/control_server.hpp"
 #include "api/vm/scratch_disk.hpp"
+#include "api/vm/standby_keeper.hpp"
 #include "api/vm/state_dir.hpp"
 #include "api/vm/vm_id.hpp"
 #include "vmm/error.hpp"
@@ -646,6 +647,14 @@ BootOptions restored_boot_options(const json& saved, const std::string& dir, con
     return boot;
 }
 
+// This nanovm binary (for the fork standbys it starts).
+std::string self_executable() {
+    std::error_code ec;
+    const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (ec) throw Error("cannot find the nanovm binary (/proc/self/exe): " + ec.message());
+    return exe.string();
+}
+
 // Opens a fork parent's frozen layer from VmmOptions::fork_memory ("PID:FD:INODE,...")
 // through /proc/PID/fd/FD, refusing a file whose inode is not the one the parent
 // reported (the parent stopped, or forked again and reused the number).
@@ -680,7 +689,7 @@ std::vector<Fd> open_fork_memory_if(const std::string& spec) {
     return spec.empty() ? std::vector<Fd>{} : open_fork_memory(spec);
 }
 
-int serve(const VmmOptions& requested, ReadyPipe& pipe) {
+int serve(const VmmOptions& requested, ReadyPipe& pipe, std::unique_ptr<Machine> standby) {
     if (!is_vm_id(requested.id)) throw Error(fmt::format("{}: not a VM id", requested.id));
     VmmOptions options = requested;
     const VmPaths paths = vm_paths(options.id);
@@ -694,6 +703,9 @@ int serve(const VmmOptions& requested, ReadyPipe& pipe) {
     BootOptions boot;
     // A fork's shared snapshot stays while any VM whose disks read from it runs.
     std::vector<Fd> fork_bases;
+    const bool from_standby = standby != nullptr;
+    if (standby && (!restore || options.fork_memory.empty()))
+        throw Error("a standby VMM can only become a fork child (--restore with --fork-memory)");
     if (restore) {
         const auto restore_start = Clock::now();
         if (options.memory_backend != "file" && options.memory_backend != "uffd")
@@ -715,10 +727,11 @@ int serve(const VmmOptions& requested, ReadyPipe& pipe) {
                 }
                 return boot;
             },
-            console.get(), fork_memfds, fork_delta.empty() ? -1 : fork_delta[0].get());
+            console.get(), fork_memfds, fork_delta.empty() ? -1 : fork_delta[0].get(), std::move(standby));
         log_line(fmt::format("restored {} ({}) in {:.1f} ms: memory, vCPU and device state, disk layers",
                              options.restore_dir,
                              fork_memfds.empty() ? options.memory_backend + " backend"
+                             : from_standby      ? "a fork into a standby: memory mapped from the parent's frozen layer"
                                                  : "a fork: memory mapped from the parent's frozen layer",
                              snapshot::ms_since(restore_start)));
     } else {
@@ -746,8 +759,15 @@ int serve(const VmmOptions& requested, ReadyPipe& pipe) {
     commands.install(server);
     server.start();
     SignalWatcher watcher(signals.get(), vm->machine(), life);
-    std::thread readiness(
-        [&] { watch_readiness(paths, options.boot_timeout, life, pipe, vm->machine(), restore); });
+    // Standbys for this VM's forks, once it is ready (destroyed after the readiness
+    // thread: it starts them).
+    StandbyKeeper standbys(self_executable(), paths.dir, paths.vmm_log(), vm->machine().vcpu_count(),
+                           vm->machine().memory().ram_bytes(), options.fork_standby);
+    std::thread readiness([&] {
+        watch_readiness(paths, options.boot_timeout, life, pipe, vm->machine(), restore);
+        const VmState now = life.state();
+        if (now == VmState::running || now == VmState::paused) standbys.start();
+    });
 
     const StopReason reason = vm->run();
     life.mark_ended();
@@ -764,11 +784,13 @@ int serve(const VmmOptions& requested, ReadyPipe& pipe) {
 
 }  // namespace
 
-int run_vmm(const VmmOptions& options) {
+int run_vmm(const VmmOptions& options) { return run_vmm(options, nullptr); }
+
+int run_vmm(const VmmOptions& options, std::unique_ptr<Machine> standby) {
     ReadyPipe pipe(options.ready_fd);
     int status = 1;
     try {
-        status = serve(options, pipe);
+        status = serve(options, pipe, std::move(standby));
     } catch (const std::exception& e) {
         log_line(e.what());
         pipe.error(e.what(), vm_paths(options.id).console_log());

@@ -39,36 +39,13 @@
 //                            vCPUs at once. Answers {"state": "stopping"} right away.
 #pragma once
 
-#include <chrono>
-#include <cstdint>
-#include <string>
-#include <vector>
+#include <memory>
+
+#include "api/vm/vmm_options.hpp"
+#include "vmm/machine.hpp"
 
 namespace nanovm::vm {
 
-/// What `nanovm _vmm` is started with.
-struct VmmOptions {
-    std::string id;                 ///< the VM's id; its state directory exists
-    int lock_fd = -1;               ///< vmm.lock, flock'ed: held until the process exits
-    int ready_fd = -1;              ///< the readiness pipe's write end (-1: none)
-    uint32_t cpus = 2;
-    uint32_t memory_mib = 1024;
-    std::string image;              ///< the root disk image, attached read-only
-    std::vector<std::string> disks;  ///< extra --disk specs (/dev/vdc, ...)
-    std::chrono::milliseconds boot_timeout{std::chrono::seconds(60)};
-    /// Non-empty: restore this snapshot directory (absolute) instead of booting; the
-    /// shape, image and disks then come from the snapshot. Before "ready" the guest is
-    /// resynced by its agent: RNG reseeded, wall clock stepped, hostname = the id.
-    std::string restore_dir;
-    std::string memory_backend = "file";  ///< "file" or "uffd" (snapshot::MemoryBackend)
-    /// With restore_dir (a fork base): the parent VMM's frozen memory layer as
-    /// "PID:FD:INODE[,...]" (one per RAM region), opened through /proc/PID/fd/FD and
-    /// mapped privately (snapshot/fork_image.hpp); memory_backend is then unused.
-    std::string fork_memory;
-    /// With fork_memory: the parent's delta (snapshot/fork_delta.hpp) as "PID:FD:INODE",
-    /// applied over that layer; empty: none.
-    std::string fork_delta;
-};
 
 /// The guest kernel parameters a sandbox boots with (besides the device ones): the
 /// agent on its default port and the overlay root on the second disk.
@@ -78,5 +55,10 @@ inline constexpr const char* kSandboxParams = "nanovm.agent nanovm.overlay=/dev/
 /// guest powered off or was stopped on request, 1 otherwise (the reason is in
 /// vmm.log, or on the readiness pipe before ready). Never throws.
 int run_vmm(const VmmOptions& options);
+
+/// run_vmm for a fork child whose Machine was made ahead by a standby
+/// (api/vm/fork_standby.hpp; snapshot::make_fork_standby): `options` must name a fork
+/// (restore_dir and fork_memory); the standby is restored into instead of a new Machine.
+int run_vmm(const VmmOptions& options, std::unique_ptr<Machine> standby);
 
 }  // namespace nanovm::vm

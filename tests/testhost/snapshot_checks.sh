@@ -50,7 +50,9 @@ sstop() {
 guest() { svm exec "$1" -- sh -c "$2" 2>>"$sn/exec.err"; }
 
 # S1. A running VM with a file and a background counter is snapshotted; it runs on.
-parent=$(svm start --image "$simg" --memory 256 --cpus 1 2>"$sn/start.err")
+# It keeps 2 fork standbys (api/vm/standby_keeper.hpp): S5's fork of 4 children then
+# puts 2 into standbys and starts 2 cold.
+parent=$(svm start --image "$simg" --memory 256 --cpus 1 --fork-standby 2 2>"$sn/start.err")
 guest "$parent" 'echo before-snapshot > /root/kept.txt; sync' >/dev/null
 guest "$parent" 'setsid sh -c "i=0; while :; do i=\$((i+1)); echo \$i > /tmp/count; sleep 0.2; done" </dev/null >/dev/null 2>&1 &' >/dev/null
 # A command streaming its output over vsock while the snapshot is taken.
@@ -154,11 +156,28 @@ else
   dmesg | grep -iE 'oom|killed process|segfault|general protection' | tail -n 5 | sed 's/^/# dmesg: /'
 fi
 
-# S6. Fork of a forked child.
+# S5b. Which children went to the parent's standbys (their vmm.log says so), and the
+# parent makes new standbys after the fork (0.5 s later; up to 30 s in the emulator).
+from_standby=0
+for k in "${kids[@]}"; do
+  grep -q 'a fork into a standby' "$NANOVM_RUN_DIR/vms/$k/vmm.log" 2>/dev/null && from_standby=$((from_standby + 1))
+done
+for _ in $(seq 60); do
+  standbys=$(ls "$NANOVM_RUN_DIR/vms/$parent/" 2>/dev/null | grep -c '^standby-.*\.sock$')
+  [ "$standbys" -ge 2 ] && break
+  sleep 0.5
+done
+check "vm fork -n 4 of a VM with 2 standbys: $from_standby children took a standby (the rest started cold); the parent has $standbys standbys again" \
+  test "$from_standby" = 2 -a "$standbys" = 2
+[ "$from_standby" = 2 ] || { sshow fork.err; diag "$NANOVM_RUN_DIR/vms/$parent/vmm.log" 15; }
+
+# S6. Fork of a forked child (it keeps 1 standby, the default: the grandchild takes it).
 svm fork "${kids[0]:-none}" -n 1 >"$sn/fork2.out" 2>"$sn/fork2.err"; f2=$?
 grandchild=$(head -1 "$sn/fork2.out")
 gc=$(guest "$grandchild" 'cat /root/mine.txt')
-check "a forked child forks again: the grandchild has the child's file (exit $f2)" test "$gc" = "${kids[0]:-x}"
+gc_standby=$(grep -c 'a fork into a standby' "$NANOVM_RUN_DIR/vms/$grandchild/vmm.log" 2>/dev/null)
+check "a forked child forks again: the grandchild has the child's file (exit $f2), from the child's standby ($gc_standby)" \
+  test "$gc" = "${kids[0]:-x}" -a "$gc_standby" = 1
 sstop "${kids[@]}" "$grandchild"
 
 # S7. A flipped byte in a part is refused, naming the part.
@@ -265,5 +284,7 @@ for e in "${stopped[@]}"; do [ "${e#*=}" = "ended: poweroff" ] || not_off+=" ${e
 check "every one of the ${#stopped[@]} VMs stopped here (started, restored from each snapshot, forked) powered off cleanly at vm stop${not_off:+; not:$not_off}" \
   test -z "$not_off"
 svm list >/dev/null 2>&1  # removes dead VMs' dirs and unused fork bases
-check "after every VM stopped: no VMM process, no fork base left ($(ls "$NANOVM_RUN_DIR/forks" 2>/dev/null | wc -l) bases)" \
-  test "$(pgrep -f -- "$nanovm _vmm" | wc -l)" = 0 -a "$(ls "$NANOVM_RUN_DIR/forks" 2>/dev/null | wc -l)" = 0
+# Standbys (nanovm _standby) end with their VM; a claimed one was a VM's VMM.
+for _ in $(seq 20); do pgrep -f -- "$nanovm _(vmm|standby)" >/dev/null || break; sleep 0.2; done
+check "after every VM stopped: no VMM or standby process ($(pgrep -f -- "$nanovm _(vmm|standby)" | wc -l)), no fork base left ($(ls "$NANOVM_RUN_DIR/forks" 2>/dev/null | wc -l) bases)" \
+  test "$(pgrep -f -- "$nanovm _(vmm|standby)" | wc -l)" = 0 -a "$(ls "$NANOVM_RUN_DIR/forks" 2>/dev/null | wc -l)" = 0

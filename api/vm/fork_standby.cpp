@@ -1,0 +1,119 @@
+// The standby VMM process (see fork_standby.hpp).
+#include "api/vm/fork_standby.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "api/vm/standby_handoff.hpp"
+#include "api/vm/state_dir.hpp"
+#include "api/vm/vmm_process.hpp"
+#include "snapshot/fork_image.hpp"
+#include "vmm/error.hpp"
+#include "vmm/fd.hpp"
+#include "vmm/kvm.hpp"
+#include "vmm/log.hpp"
+
+namespace nanovm::vm {
+
+namespace {
+
+using namespace std::chrono_literals;
+
+void say(int fd, std::string_view line) {
+    [[maybe_unused]] const ssize_t n = ::write(fd, line.data(), line.size());
+}
+
+Fd listen_on(const std::string& path) {
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    if (path.size() >= sizeof(addr.sun_path)) throw Error(path + ": path too long for a unix socket");
+    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+    Fd sock(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+    if (!sock) throw_errno("socket");
+    ::unlink(path.c_str());
+    if (::bind(sock.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) throw_errno("bind " + path);
+    if (::listen(sock.get(), 4) != 0) throw_errno("listen " + path);
+    return sock;
+}
+
+}  // namespace
+
+int run_fork_standby(const StandbyOptions& o) {
+    const std::string name = fmt::format("standby {}", o.socket.substr(o.socket.rfind('/') + 1));
+    Fd status(o.status_fd);
+    std::unique_ptr<Machine> machine;
+    Fd listener, parent;
+    try {
+        parent = Fd(static_cast<int>(::syscall(SYS_pidfd_open, o.parent_pid, 0)));
+        if (!parent || ::getppid() != o.parent_pid) return 0;  // the parent is gone already
+        const Kvm kvm = Kvm::open();
+        snapshot::MachineInfo shape;
+        shape.vcpus = o.vcpus;
+        shape.irqchip = 1;  // a Linux VM's (api/linux_vm.cpp)
+        shape.ram_bytes = o.ram_bytes;
+        machine = snapshot::make_fork_standby(kvm, shape);
+        listener = listen_on(o.socket);
+    } catch (const std::exception& e) {
+        log_line(fmt::format("{}: {}", name, e.what()));
+        ::unlink(o.socket.c_str());
+        return 1;
+    }
+    say(status.get(), "ready\n");
+    for (;;) {
+        pollfd fds[2] = {{listener.get(), POLLIN, 0}, {parent.get(), POLLIN, 0}};
+        if (::poll(fds, 2, -1) < 0) {
+            if (errno == EINTR) continue;
+            log_line(fmt::format("{}: poll: {}", name, std::strerror(errno)));
+            ::unlink(o.socket.c_str());
+            return 1;
+        }
+        if (fds[1].revents) {  // the parent VMM exited: no fork will come
+            ::unlink(o.socket.c_str());
+            return 0;
+        }
+        if (!(fds[0].revents & POLLIN)) continue;
+        const Fd conn(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+        if (!conn) continue;
+        StandbyClaim claim;
+        try {
+            claim = receive_claim(conn.get(), 2000ms);
+            if (claim.options.restore_dir.empty() || claim.options.fork_memory.empty())
+                throw Error("standby claim: not a fork (no restore_dir or fork_memory)");
+        } catch (const std::exception& e) {
+            log_line(fmt::format("{}: refused a claim: {}", name, e.what()));
+            answer_claim(conn.get(), fmt::format("no: {}", e.what()));
+            continue;
+        }
+        // From here on this process is the child's VMM: nobody else may claim it.
+        ::unlink(o.socket.c_str());
+        listener.reset();
+        parent.reset();
+        say(status.get(), "claimed\n");
+        status.reset();
+        answer_claim(conn.get(), "ok");
+        VmmOptions options = claim.options;
+        const std::string log_path = vm_paths(options.id).vmm_log();
+        const Fd log(::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+        if (log) {
+            ::dup2(log.get(), STDOUT_FILENO);
+            ::dup2(log.get(), STDERR_FILENO);
+        }
+        log_line(fmt::format("VM {}: a fork child in a standby made ahead by VM pid {} (pid {})", options.id,
+                             o.parent_pid, ::getpid()));
+        options.lock_fd = claim.lock.release();
+        options.ready_fd = claim.ready.release();
+        return run_vmm(options, std::move(machine));
+    }
+}
+
+}  // namespace nanovm::vm
