@@ -20,7 +20,8 @@ nv_run() {
 # Shows a failed check's output as TAP diagnostics.
 show() { local f; for f in "$@"; do [ -s "$ag/$f" ] && { echo "# $f:"; diag "$ag/$f" 15; }; done; }
 vms_left() { ls "$NANOVM_RUN_DIR/vms" 2>/dev/null | grep -v '^\.' | wc -l; }
-vmm_processes() { pgrep -f -- "$nanovm _vmm" | wc -l; }
+# VMM processes, fork standbys (nanovm _standby) included: both end with their VM.
+vmm_processes() { pgrep -f -- "$nanovm _(vmm|standby)" | wc -l; }
 sha() { sha256sum "$1" | cut -d' ' -f1; }
 
 img_stat_before=$(stat -c '%s %Y' "$img")

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -146,7 +147,10 @@ TEST_CASE("a standby claim passes the options, the lock and the readiness pipe; 
     }
     SECTION("closed without an answer") {
         std::thread standby([&] {
+            // Closes once the claim is there (a close before it would fail the send instead).
             const Fd conn(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+            pollfd p{conn.get(), POLLIN, 0};
+            ::poll(&p, 1, 2000);
         });
         CHECK_FALSE(hand_to_standby(path, fork_child(), lock_write.get(), ready_write.get(), 2s, why));
         standby.join();
