@@ -101,6 +101,8 @@ int run_fork_standby(const StandbyOptions& o) {
         say(status.get(), "claimed\n");
         status.reset();
         answer_claim(conn.get(), "ok");
+        // The launcher's settings (NANOVM_KEEP_STATE, the run directory), not the parent VMM's.
+        apply_vmm_environment(claim.env);
         VmmOptions options = claim.options;
         const std::string log_path = vm_paths(options.id).vmm_log();
         const Fd log(::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));

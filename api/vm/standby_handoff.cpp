@@ -6,6 +6,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <vector>
@@ -16,6 +17,8 @@
 #include "api/boot_command.hpp"
 #include "api/vm/vm_id.hpp"
 #include "vmm/error.hpp"
+
+extern char** environ;
 
 namespace nanovm::vm {
 
@@ -48,9 +51,37 @@ T field(const json& j, const char* name) {
     }
 }
 
+// Whether `name` is a variable of a VmmEnvironment.
+bool is_vmm_variable(std::string_view name) {
+    if (name == "XDG_RUNTIME_DIR" || name == "XDG_CACHE_HOME" || name == "HOME") return true;
+    if (!name.starts_with("NANOVM_") || name.size() == 7) return false;
+    for (const char c : name)
+        if (!(std::isupper(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '_'))
+            return false;
+    return true;
+}
+
 }  // namespace
 
-std::string encode_vmm_options(const VmmOptions& o) {
+VmmEnvironment vmm_environment() {
+    VmmEnvironment env;
+    for (char** e = environ; e && *e; ++e) {
+        const std::string_view entry(*e);
+        const size_t eq = entry.find('=');
+        if (eq == std::string_view::npos) continue;
+        const std::string_view name = entry.substr(0, eq);
+        if (is_vmm_variable(name)) env.emplace(std::string(name), std::string(entry.substr(eq + 1)));
+    }
+    return env;
+}
+
+void apply_vmm_environment(const VmmEnvironment& env) {
+    for (const auto& [name, value] : vmm_environment())
+        if (!env.contains(name)) ::unsetenv(name.c_str());
+    for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
+}
+
+std::string encode_claim(const VmmOptions& o, const VmmEnvironment& env) {
     return json{{"id", o.id},
                 {"cpus", o.cpus},
                 {"memory_mib", o.memory_mib},
@@ -61,11 +92,12 @@ std::string encode_vmm_options(const VmmOptions& o) {
                 {"memory_backend", o.memory_backend},
                 {"fork_memory", o.fork_memory},
                 {"fork_delta", o.fork_delta},
-                {"fork_standby", o.fork_standby}}
+                {"fork_standby", o.fork_standby},
+                {"env", env}}
         .dump();
 }
 
-VmmOptions decode_vmm_options(std::string_view text) {
+DecodedClaim decode_claim(std::string_view text) {
     json j;
     try {
         j = json::parse(text);
@@ -93,7 +125,12 @@ VmmOptions decode_vmm_options(std::string_view text) {
     o.fork_delta = field<std::string>(j, "fork_delta");
     o.fork_standby = field<uint32_t>(j, "fork_standby");
     if (o.fork_standby > kMaxForkStandby) throw Error(fmt::format("standby claim: fork_standby {}", o.fork_standby));
-    return o;
+    VmmEnvironment env = field<VmmEnvironment>(j, "env");
+    for (const auto& [name, value] : env) {
+        if (!is_vmm_variable(name)) throw Error(fmt::format("standby claim: env: '{}' is not a nanovm variable", name));
+        if (value.find('\0') != std::string::npos) throw Error(fmt::format("standby claim: env: {} holds a NUL", name));
+    }
+    return DecodedClaim{std::move(o), std::move(env)};
 }
 
 std::optional<pid_t> hand_to_standby(const std::string& socket_path, const VmmOptions& options, int lock_fd,
@@ -114,7 +151,7 @@ std::optional<pid_t> hand_to_standby(const std::string& socket_path, const VmmOp
         why = fmt::format("connect {}: {}", socket_path, std::strerror(errno));
         return std::nullopt;
     }
-    const std::string body = encode_vmm_options(options);
+    const std::string body = encode_claim(options, vmm_environment());
     iovec iov{const_cast<char*>(body.data()), body.size()};
     alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kClaimFds)] = {};
     msghdr msg{};
@@ -182,8 +219,10 @@ StandbyClaim receive_claim(int conn, std::chrono::milliseconds timeout) {
     if (n == 0) throw Error("standby claim: the connection closed without a message");
     if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) throw Error("standby claim: message or fds truncated");
     if (fds.size() != kClaimFds) throw Error(fmt::format("standby claim: {} fds attached, expected 2", fds.size()));
+    DecodedClaim decoded = decode_claim(std::string_view(body.data(), static_cast<size_t>(n)));
     StandbyClaim claim;
-    claim.options = decode_vmm_options(std::string_view(body.data(), static_cast<size_t>(n)));
+    claim.options = std::move(decoded.options);
+    claim.env = std::move(decoded.env);
     claim.lock = std::move(fds[0]);
     claim.ready = std::move(fds[1]);
     return claim;

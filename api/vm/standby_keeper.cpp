@@ -195,6 +195,7 @@ void StandbyKeeper::loop() {
                     refill_at = Clock::now() + kRefillDelay;
                 } else if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN)) {
                     s.status.reset();  // it exited unclaimed (or is about to): its reason is in vmm.log
+                    refill_at = Clock::now() + 1s;  // not in a tight loop if something keeps killing them
                     log_line(fmt::format("fork standby pid {} ended before any fork claimed it{}", s.pid,
                                          s.ready ? "" : " (it never became ready)"));
                     if (!s.ready && ++failures >= kMaxFailuresInARow) {

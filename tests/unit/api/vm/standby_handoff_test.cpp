@@ -8,6 +8,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <thread>
@@ -62,9 +63,12 @@ Fd listen_seqpacket(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("a standby claim's options round-trip through JSON", "[api][vm][standby]") {
+TEST_CASE("a standby claim's options and environment round-trip through JSON", "[api][vm][standby]") {
     const VmmOptions o = fork_child();
-    const VmmOptions back = decode_vmm_options(encode_vmm_options(o));
+    const VmmEnvironment env{{"NANOVM_KEEP_STATE", "1"}, {"NANOVM_RUN_DIR", "/srv/run dir"}, {"HOME", "/root"}};
+    const DecodedClaim decoded = decode_claim(encode_claim(o, env));
+    CHECK(decoded.env == env);
+    const VmmOptions& back = decoded.options;
     CHECK(back.id == o.id);
     CHECK(back.cpus == 2);
     CHECK(back.memory_mib == 1024);
@@ -81,10 +85,11 @@ TEST_CASE("a standby claim's options round-trip through JSON", "[api][vm][standb
 
 TEST_CASE("a malformed standby claim is refused naming the field", "[api][vm][standby]") {
     const auto with = [](const char* key, nlohmann::json value) {
-        nlohmann::json j = nlohmann::json::parse(encode_vmm_options(fork_child()));
+        nlohmann::json j = nlohmann::json::parse(encode_claim(fork_child(), {}));
         j[key] = std::move(value);
         return j.dump();
     };
+    const auto decode_vmm_options = [](std::string_view text) { return decode_claim(text).options; };
     CHECK_THROWS_WITH(decode_vmm_options("{"), Catch::Contains("not JSON"));
     CHECK_THROWS_WITH(decode_vmm_options("[1]"), Catch::Contains("not a JSON object"));
     CHECK_THROWS_WITH(decode_vmm_options("{}"), Catch::Contains("no 'id'"));
@@ -95,6 +100,31 @@ TEST_CASE("a malformed standby claim is refused naming the field", "[api][vm][st
     CHECK_THROWS_WITH(decode_vmm_options(with("boot_timeout_ms", 0)), Catch::Contains("boot_timeout_ms 0"));
     CHECK_THROWS_WITH(decode_vmm_options(with("fork_standby", 5)), Catch::Contains("fork_standby 5"));
     CHECK_THROWS_WITH(decode_vmm_options(with("disks", "a")), Catch::Contains("'disks' has the wrong type"));
+    CHECK_THROWS_WITH(decode_vmm_options(with("env", {{"LD_PRELOAD", "/x.so"}})),
+                      Catch::Contains("'LD_PRELOAD' is not a nanovm variable"));
+    CHECK_THROWS_WITH(decode_vmm_options(with("env", {{"NANOVM_", "1"}})), Catch::Contains("not a nanovm variable"));
+    CHECK_THROWS_WITH(decode_vmm_options(with("env", {{"NANOVM_x", "1"}})), Catch::Contains("not a nanovm variable"));
+    CHECK_THROWS_WITH(decode_vmm_options(with("env", {{"NANOVM_KEEP_STATE", std::string("1\0", 2)}})),
+                      Catch::Contains("holds a NUL"));
+    CHECK_THROWS_WITH(decode_vmm_options(with("env", 3)), Catch::Contains("'env' has the wrong type"));
+}
+
+TEST_CASE("a standby takes the launcher's nanovm environment: set what it has, unset the rest", "[api][vm][standby]") {
+    ::setenv("NANOVM_TEST_HANDOFF_A", "parent", 1);
+    ::unsetenv("NANOVM_TEST_HANDOFF_B");
+    ::setenv("UNRELATED_HANDOFF_VAR", "kept", 1);
+    VmmEnvironment env = vmm_environment();
+    CHECK(env.at("NANOVM_TEST_HANDOFF_A") == "parent");
+    CHECK_FALSE(env.contains("UNRELATED_HANDOFF_VAR"));
+    env.erase("NANOVM_TEST_HANDOFF_A");
+    env["NANOVM_TEST_HANDOFF_B"] = "launcher";
+    apply_vmm_environment(env);
+    CHECK(std::getenv("NANOVM_TEST_HANDOFF_A") == nullptr);
+    CHECK(std::string(std::getenv("NANOVM_TEST_HANDOFF_B")) == "launcher");
+    CHECK(std::string(std::getenv("UNRELATED_HANDOFF_VAR")) == "kept");
+    CHECK(vmm_environment() == env);
+    ::unsetenv("NANOVM_TEST_HANDOFF_B");
+    ::unsetenv("UNRELATED_HANDOFF_VAR");
 }
 
 TEST_CASE("a standby claim passes the options, the lock and the readiness pipe; a refusal or no listener falls "
@@ -126,6 +156,7 @@ TEST_CASE("a standby claim passes the options, the lock and the readiness pipe; 
         CHECK(*pid == ::getpid());
         CHECK(claim.options.id == "0123456789ab");
         CHECK(claim.options.fork_memory == "100:7:4242,100:8:4243");
+        CHECK(claim.env == vmm_environment());
         // The fds that arrived are the launcher's pipes.
         REQUIRE(::write(claim.ready.get(), "ready\n", 6) == 6);
         char buf[16] = {};
@@ -166,7 +197,7 @@ TEST_CASE("a standby claim passes the options, the lock and the readiness pipe; 
             REQUIRE(::send(c.get(), body.data(), body.size(), 0) == static_cast<ssize_t>(body.size()));
             return c;
         };
-        const Fd c1 = send_raw(encode_vmm_options(fork_child()));
+        const Fd c1 = send_raw(encode_claim(fork_child(), {}));
         {
             const Fd conn(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
             CHECK_THROWS_WITH(receive_claim(conn.get(), 1000ms), Catch::Contains("0 fds attached"));
