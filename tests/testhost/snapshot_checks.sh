@@ -171,14 +171,21 @@ check "vm fork -n 4 of a VM with 2 standbys: $from_standby children took a stand
   test "$from_standby" = 2 -a "$standbys" = 2
 [ "$from_standby" = 2 ] || { sshow fork.err; diag "$NANOVM_RUN_DIR/vms/$parent/vmm.log" 15; }
 
-# S6. Fork of a forked child (it keeps 1 standby, the default: the grandchild takes it).
-svm fork "${kids[0]:-none}" -n 1 >"$sn/fork2.out" 2>"$sn/fork2.err"; f2=$?
+# S6. Fork of a forked child (it keeps 1 standby, the default: the grandchild takes
+# it). The fork command runs without NANOVM_KEEP_STATE (the child's VMM has it): the
+# grandchild's VMM takes the command's environment, so at its clean power-off it
+# removes its directory (a VMM that failed, or kept the parent's setting, leaves it).
+NANOVM_KEEP_STATE=0 svm fork "${kids[0]:-none}" -n 1 >"$sn/fork2.out" 2>"$sn/fork2.err"; f2=$?
 grandchild=$(head -1 "$sn/fork2.out")
 gc=$(guest "$grandchild" 'cat /root/mine.txt')
 gc_standby=$(grep -c 'a fork into a standby' "$NANOVM_RUN_DIR/vms/$grandchild/vmm.log" 2>/dev/null)
-check "a forked child forks again: the grandchild has the child's file (exit $f2), from the child's standby ($gc_standby)" \
-  test "$gc" = "${kids[0]:-x}" -a "$gc_standby" = 1
-sstop "${kids[@]}" "$grandchild"
+svm stop "${grandchild:-none}" >/dev/null 2>&1
+for _ in $(seq 20); do [ -e "$NANOVM_RUN_DIR/vms/${grandchild:-none}" ] || break; sleep 0.1; done
+gc_dir=$([ -e "$NANOVM_RUN_DIR/vms/${grandchild:-none}" ] && echo kept || echo removed)
+check "a forked child forks again: the grandchild has the child's file (exit $f2), from the child's standby ($gc_standby), with the fork command's environment (its directory $gc_dir at its clean stop)" \
+  test "$gc" = "${kids[0]:-x}" -a "$gc_standby" = 1 -a "$gc_dir" = removed
+[ "$gc_dir" = removed ] || diag "$NANOVM_RUN_DIR/vms/$grandchild/vmm.log" 10
+sstop "${kids[@]}"
 
 # S7. A flipped byte in a part is refused, naming the part.
 for part in vm.state memory.layer disk.ext4; do
