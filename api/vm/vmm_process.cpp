@@ -761,8 +761,14 @@ int serve(const VmmOptions& requested, ReadyPipe& pipe, std::unique_ptr<Machine>
     SignalWatcher watcher(signals.get(), vm->machine(), life);
     // Standbys for this VM's forks, once it is ready (destroyed after the readiness
     // thread: it starts them).
-    StandbyKeeper standbys(self_executable(), paths.dir, paths.vmm_log(), vm->machine().vcpu_count(),
-                           vm->machine().memory().ram_bytes(), options.fork_standby);
+    std::string exe;
+    try {
+        exe = self_executable();
+    } catch (const std::exception& e) {
+        log_line(fmt::format("no fork standbys: {}", e.what()));  // the VM runs on; its forks start cold
+    }
+    StandbyKeeper standbys(exe, paths.dir, paths.vmm_log(), vm->machine().vcpu_count(),
+                           vm->machine().memory().ram_bytes(), exe.empty() ? 0 : options.fork_standby);
     std::thread readiness([&] {
         watch_readiness(paths, options.boot_timeout, life, pipe, vm->machine(), restore);
         const VmState now = life.state();
