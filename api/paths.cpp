@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <system_error>
 
+#include "vmm/error.hpp"
+
 namespace nanovm {
 
 namespace {
@@ -33,11 +35,19 @@ std::string cache_dir() {
 
 std::string default_kernel_path() { return cache_dir() + "/kernel/current/bzImage"; }
 
-std::string executable_dir() {
+std::string self_executable() {
     std::error_code ec;
     const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-    if (ec) return ".";
-    return exe.parent_path().string();
+    if (ec) throw Error("cannot find the nanovm binary (/proc/self/exe): " + ec.message());
+    return exe.string();
+}
+
+std::string executable_dir() {
+    try {
+        return std::filesystem::path(self_executable()).parent_path().string();
+    } catch (const Error&) {
+        return ".";
+    }
 }
 
 std::string default_initrd_path() { return executable_dir() + "/guest-init/initramfs.cpio.lz4"; }

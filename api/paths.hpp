@@ -12,7 +12,13 @@ std::string cache_dir();
 /// <cache_dir>/kernel/current/bzImage (the kernel build maintains `current`).
 std::string default_kernel_path();
 
-/// The directory of the running nanovm binary (from /proc/self/exe), e.g. /work/build.
+/// The running nanovm binary (/proc/self/exe), e.g. /work/build/nanovm: what the
+/// launcher execs as `_vmm` and a VMM starts as `_standby`. Throws Error if
+/// /proc/self/exe cannot be read.
+std::string self_executable();
+
+/// The directory of the running nanovm binary (from /proc/self/exe), e.g. /work/build;
+/// "." if it cannot be read.
 std::string executable_dir();
 
 /// <executable_dir>/guest-init/initramfs.cpio.lz4: the initramfs the build produces

@@ -142,11 +142,8 @@ RestoredMachine restore_fork(const Kvm& kvm, const std::string& dir, std::span<c
 }
 
 std::unique_ptr<Machine> make_fork_standby(const Kvm& kvm, const MachineInfo& shape) {
-    MachineConfig config;
-    config.vcpus = shape.vcpus;
-    config.irqchip = shape.irqchip != 0;
-    config.log_dirty_pages = true;  // as make_restored_machine
-    return std::make_unique<Machine>(kvm, GuestMemory::create(shape.ram_bytes), config);
+    prepare_vm_state_restore();
+    return std::make_unique<Machine>(kvm, GuestMemory::create(shape.ram_bytes), restored_machine_config(shape));
 }
 
 RestoredMachine restore_fork(std::unique_ptr<Machine> standby, std::span<const uint8_t> bytes,
@@ -156,15 +153,11 @@ RestoredMachine restore_fork(std::unique_ptr<Machine> standby, std::span<const u
     auto t = Clock::now();
     const VmState state = decode_vm_state(bytes, what);
     out.devices = state.devices;
-    const MachineInfo& info = state.machine;
     Machine& machine = *standby;
-    if (info.vcpus != machine.vcpu_count() || (info.irqchip != 0) != machine.config().irqchip ||
-        info.ram_bytes != machine.memory().ram_bytes())
-        throw SnapshotError(fmt::format("{}: the fork's machine ({} vCPUs, irqchip {}, {} MiB) is not the standby's "
-                                        "({} vCPUs, irqchip {}, {} MiB)",
-                                        what, info.vcpus, info.irqchip ? "on" : "off", info.ram_bytes / MiB,
-                                        machine.vcpu_count(), machine.config().irqchip ? "on" : "off",
-                                        machine.memory().ram_bytes() / MiB));
+    // Checked before the layer is mapped (restore_vm_state checks again, later).
+    if (!same_shape(state.machine, machine_shape(machine)))
+        throw SnapshotError(fmt::format("{}: the fork's machine ({}) is not the standby's ({})", what,
+                                        describe_shape(state.machine), describe_shape(machine_shape(machine))));
     out.state_ms = ms_since(t);
 
     t = Clock::now();

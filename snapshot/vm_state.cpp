@@ -43,9 +43,7 @@ kvm_sregs sregs_for_restore(const kvm_sregs& saved, KvmFlavour flavour) {
 
 VmState capture_vm_state(const Kvm& kvm, Machine& machine) {
     VmState state;
-    state.machine.vcpus = machine.vcpu_count();
-    state.machine.irqchip = machine.config().irqchip ? 1 : 0;
-    state.machine.ram_bytes = machine.memory().ram_bytes();
+    state.machine = machine_shape(machine);
     Vm& vm = machine.vm();
     const size_t xsave_bytes = kvm_xsave_bytes(vm);
     const std::vector<uint32_t> msr_indices = saveable_msrs(kvm, machine.vcpu(0));
@@ -79,25 +77,44 @@ VmState capture_vm_state(const Kvm& kvm, Machine& machine) {
     return state;
 }
 
-std::unique_ptr<Machine> make_restored_machine(const Kvm& kvm, GuestMemory memory, const VmState& state) {
+MachineInfo machine_shape(const Machine& machine) {
+    MachineInfo shape;
+    shape.vcpus = machine.vcpu_count();
+    shape.irqchip = machine.config().irqchip ? 1 : 0;
+    shape.ram_bytes = machine.memory().ram_bytes();
+    return shape;
+}
+
+MachineConfig restored_machine_config(const MachineInfo& shape) {
     MachineConfig config;
-    config.vcpus = state.machine.vcpus;
-    config.irqchip = state.machine.irqchip != 0;
+    config.vcpus = shape.vcpus;
+    config.irqchip = shape.irqchip != 0;
     config.log_dirty_pages = true;
-    auto machine = std::make_unique<Machine>(kvm, std::move(memory), config);
+    return config;
+}
+
+std::string describe_shape(const MachineInfo& shape) {
+    return fmt::format("{} vCPUs, irqchip {}, {} MiB", shape.vcpus, shape.irqchip ? "on" : "off",
+                       shape.ram_bytes / MiB);
+}
+
+bool same_shape(const MachineInfo& a, const MachineInfo& b) {
+    return a.vcpus == b.vcpus && (a.irqchip != 0) == (b.irqchip != 0) && a.ram_bytes == b.ram_bytes;
+}
+
+void prepare_vm_state_restore() { (void)host_flavour(); }
+
+std::unique_ptr<Machine> make_restored_machine(const Kvm& kvm, GuestMemory memory, const VmState& state) {
+    auto machine = std::make_unique<Machine>(kvm, std::move(memory), restored_machine_config(state.machine));
     restore_vm_state(*machine, state);
     return machine;
 }
 
 void restore_vm_state(Machine& machine, const VmState& state) {
     const MachineInfo& info = state.machine;
-    if (info.vcpus != machine.vcpu_count() || (info.irqchip != 0) != machine.config().irqchip ||
-        info.ram_bytes != machine.memory().ram_bytes())
-        throw SnapshotError(fmt::format(
-            "vm.state: the snapshot's machine ({} vCPUs, irqchip {}, {} MiB) does not match the target ({} vCPUs, "
-            "irqchip {}, {} MiB)",
-            info.vcpus, info.irqchip ? "on" : "off", info.ram_bytes / MiB, machine.vcpu_count(),
-            machine.config().irqchip ? "on" : "off", machine.memory().ram_bytes() / MiB));
+    if (!same_shape(info, machine_shape(machine)))
+        throw SnapshotError(fmt::format("vm.state: the snapshot's machine ({}) does not match the target ({})",
+                                        describe_shape(info), describe_shape(machine_shape(machine))));
     if (state.vcpus.size() != info.vcpus) throw SnapshotError("vm.state: vCPU count and vCPU states disagree");
     Vm& vm = machine.vm();
     // VM-wide first, in the order of Firecracker's Vm::restore_state

@@ -12,6 +12,7 @@
 #include <optional>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -79,6 +80,24 @@ VmState capture_vm_state(const Kvm& kvm, Machine& machine);
 /// instant (the guest agent steps wall time afterwards; KVM API doc 4.30). Throws
 /// SnapshotError if the shapes differ, SysError/Error naming the failing ioctl/MSR.
 void restore_vm_state(Machine& machine, const VmState& state);
+
+/// `machine`'s shape: vCPU count, irqchip, RAM bytes.
+MachineInfo machine_shape(const Machine& machine);
+
+/// The MachineConfig a restored (or fork standby) machine of `shape` gets: its vCPUs
+/// and irqchip, memslots that log dirty pages (so it can be snapshotted again).
+MachineConfig restored_machine_config(const MachineInfo& shape);
+
+/// "N vCPUs, irqchip on|off, M MiB", for messages.
+std::string describe_shape(const MachineInfo& shape);
+
+/// Whether two shapes are the same machine (irqchip compared as on/off).
+bool same_shape(const MachineInfo& a, const MachineInfo& b);
+
+/// Warms what restore_vm_state looks up about this host once per process (the KVM
+/// flavour), so that a process made ahead of a restore (a fork standby) pays for it
+/// before the restore is timed.
+void prepare_vm_state_restore();
 
 /// A new Machine shaped as `state` says (vCPUs, irqchip; memslots log dirty pages,
 /// so it can be snapshotted again) over `memory`, with `state` loaded

@@ -47,6 +47,7 @@ public:
     ~Machine();
 
     GuestMemory& memory() noexcept { return memory_; }
+    const GuestMemory& memory() const noexcept { return memory_; }
     Vm& vm() noexcept { return vm_; }
     Vcpu& vcpu(uint32_t index) { return vcpus_.at(index); }
     uint32_t vcpu_count() const noexcept { return static_cast<uint32_t>(vcpus_.size()); }

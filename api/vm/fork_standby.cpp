@@ -21,6 +21,7 @@
 #include "vmm/error.hpp"
 #include "vmm/fd.hpp"
 #include "vmm/kvm.hpp"
+#include "vmm/kvm_flavour.hpp"
 #include "vmm/log.hpp"
 
 namespace nanovm::vm {
@@ -56,6 +57,8 @@ int run_fork_standby(const StandbyOptions& o) {
     try {
         parent = Fd(static_cast<int>(::syscall(SYS_pidfd_open, o.parent_pid, 0)));
         if (!parent || ::getppid() != o.parent_pid) return 0;  // the parent is gone already
+        // What a cold VMM checks first (api/linux_vm.cpp), done here ahead of the fork.
+        require_linux_capable_kvm(detect_kvm_host());
         const Kvm kvm = Kvm::open();
         snapshot::MachineInfo shape;
         shape.vcpus = o.vcpus;

@@ -59,11 +59,36 @@ void check_spec(const SandboxSpec& spec, const std::string& image) {
     require_linux_capable_kvm(detect_kvm_host());
 }
 
-std::string self_executable() {
-    std::error_code ec;
-    const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-    if (ec) throw Error("cannot find the nanovm binary (/proc/self/exe): " + ec.message());
-    return exe.string();
+// `exe _vmm ...`: the command line that runs a VMM with `o` (vm_command.cpp's _vmm
+// options), its lock and readiness pipe at `lock_fd` and `ready_fd`.
+std::vector<std::string> vmm_arguments(const std::string& exe, const VmmOptions& o, int lock_fd, int ready_fd) {
+    std::vector<std::string> args = {exe,         "_vmm",
+                                     "--id",      o.id,
+                                     "--lock-fd", std::to_string(lock_fd),
+                                     "--ready-fd", std::to_string(ready_fd),
+                                     "--cpus",    std::to_string(o.cpus),
+                                     "--memory",  std::to_string(o.memory_mib),
+                                     "--image",   o.image,
+                                     "--boot-timeout-ms", std::to_string(o.boot_timeout.count()),
+                                     "--fork-standby", std::to_string(o.fork_standby)};
+    if (!o.restore_dir.empty()) {
+        for (const std::string& a : {std::string("--restore"), o.restore_dir, std::string("--memory-backend"),
+                                     o.memory_backend})
+            args.push_back(a);
+        if (!o.fork_memory.empty()) {
+            args.push_back("--fork-memory");
+            args.push_back(o.fork_memory);
+        }
+        if (!o.fork_delta.empty()) {
+            args.push_back("--fork-delta");
+            args.push_back(o.fork_delta);
+        }
+    }
+    for (const std::string& d : o.disks) {
+        args.push_back("--disk");
+        args.push_back(d);
+    }
+    return args;
 }
 
 // The child side of fork(): never returns.
@@ -145,57 +170,24 @@ StartedVm start_vm(const SandboxSpec& spec, bool attached, int signal_fd) {
         throw_errno("pipe2");
     }
     Fd ready_read(pipe_fds[0]), ready_write(pipe_fds[1]);
-    std::vector<std::string> args = {exe,
-                                     "_vmm",
-                                     "--id",
-                                     dir.paths.id,
-                                     "--lock-fd",
-                                     std::to_string(dir.lock.get()),
-                                     "--ready-fd",
-                                     std::to_string(ready_write.get()),
-                                     "--cpus",
-                                     std::to_string(spec.cpus),
-                                     "--memory",
-                                     std::to_string(spec.memory_mib),
-                                     "--image",
-                                     image,
-                                     "--boot-timeout-ms",
-                                     std::to_string(spec.boot_timeout.count())};
+    // What the VMM runs with: handed to a standby as it is, or as `_vmm` arguments.
+    VmmOptions child;
+    child.id = dir.paths.id;
+    child.cpus = spec.cpus;
+    child.memory_mib = spec.memory_mib;
+    child.image = image;
+    child.disks = spec.disks;
+    child.boot_timeout = spec.boot_timeout;
     if (restore) {
-        args.push_back("--restore");
-        args.push_back(std::filesystem::absolute(spec.restore_dir).string());
-        args.push_back("--memory-backend");
-        args.push_back(spec.memory_backend);
-        if (!spec.fork_memory.empty()) {
-            args.push_back("--fork-memory");
-            args.push_back(spec.fork_memory);
-        }
-        if (!spec.fork_delta.empty()) {
-            args.push_back("--fork-delta");
-            args.push_back(spec.fork_delta);
-        }
-    }
-    for (const std::string& d : spec.disks) {
-        args.push_back("--disk");
-        args.push_back(d);
-    }
-    args.push_back("--fork-standby");
-    args.push_back(std::to_string(spec.fork_standby));
-    // A fork child goes to one of the parent's standbys if one takes it.
-    std::optional<pid_t> standby;
-    if (restore && !spec.fork_memory.empty() && !attached) {
-        VmmOptions child;
-        child.id = dir.paths.id;
-        child.cpus = spec.cpus;
-        child.memory_mib = spec.memory_mib;
-        child.image = image;
-        child.disks = spec.disks;
-        child.boot_timeout = spec.boot_timeout;
         child.restore_dir = std::filesystem::absolute(spec.restore_dir).string();
         child.memory_backend = spec.memory_backend;
         child.fork_memory = spec.fork_memory;
         child.fork_delta = spec.fork_delta;
-        child.fork_standby = spec.fork_standby;
+    }
+    child.fork_standby = spec.fork_standby;
+    // A fork child goes to one of the parent's standbys if one takes it.
+    std::optional<pid_t> standby;
+    if (!child.fork_memory.empty() && !attached) {
         for (const std::string& socket : spec.standby_sockets) {
             std::string why;
             standby = hand_to_standby(socket, child, dir.lock.get(), ready_write.get(), std::chrono::seconds(2), why);
@@ -204,6 +196,8 @@ StartedVm start_vm(const SandboxSpec& spec, bool attached, int signal_fd) {
     }
     pid_t pid = standby.value_or(-1);
     if (!standby) {
+        // Built before fork(): the child may only exec (this process may have threads).
+        const std::vector<std::string> args = vmm_arguments(exe, child, dir.lock.get(), ready_write.get());
         const pid_t parent = ::getpid();
         pid = ::fork();
         if (pid < 0) {

@@ -132,8 +132,9 @@ void StandbyKeeper::spawn() {
     posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
     posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
     posix_spawn_file_actions_adddup2(&actions, write_end.get(), 3);
-    // Nothing else of this VMM's (its vmm.lock above all: a standby that becomes another
-    // VM's VMM would hold this VM's lock for its whole life).
+    // Nothing else of this VMM's: run_vmm made its lock and readiness pipe close-on-exec,
+    // and this keeps any other fd it may hold out of a process that may become
+    // another VM's VMM and live long.
     posix_spawn_file_actions_addclosefrom_np(&actions, 4);
     pid_t pid = -1;
     const int rc = ::posix_spawn(&pid, exe_.c_str(), &actions, &attr, argv.data(), environ);

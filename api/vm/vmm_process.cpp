@@ -30,6 +30,7 @@
 #include "api/device_options.hpp"
 #include "api/host_console.hpp"
 #include "api/linux_vm.hpp"
+#include "api/paths.hpp"
 #include "devices/virtio/blk/layered_disk.hpp"
 #include "snapshot/snapshot_writer.hpp"
 #include "api/vm/control_server.hpp"
@@ -647,14 +648,6 @@ BootOptions restored_boot_options(const json& saved, const std::string& dir, con
     return boot;
 }
 
-// This nanovm binary (for the fork standbys it starts).
-std::string self_executable() {
-    std::error_code ec;
-    const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-    if (ec) throw Error("cannot find the nanovm binary (/proc/self/exe): " + ec.message());
-    return exe.string();
-}
-
 // Opens a fork parent's frozen layer from VmmOptions::fork_memory ("PID:FD:INODE,...")
 // through /proc/PID/fd/FD, refusing a file whose inode is not the one the parent
 // reported (the parent stopped, or forked again and reused the number).
@@ -793,6 +786,10 @@ int serve(const VmmOptions& requested, ReadyPipe& pipe, std::unique_ptr<Machine>
 int run_vmm(const VmmOptions& options) { return run_vmm(options, nullptr); }
 
 int run_vmm(const VmmOptions& options, std::unique_ptr<Machine> standby) {
+    // The launcher made these two inheritable to pass them here; no process this VMM
+    // starts (mkfs.ext4, fork standbys) may hold the VM's lock or readiness pipe.
+    for (const int fd : {options.lock_fd, options.ready_fd})
+        if (fd >= 0) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
     ReadyPipe pipe(options.ready_fd);
     int status = 1;
     try {

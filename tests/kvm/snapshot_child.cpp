@@ -80,6 +80,17 @@ std::vector<uint8_t> read_fd(int fd) {
     }
 }
 
+/// "A,B,C" as numbers (std::stoi: throws on a non-number).
+std::vector<int> fd_list(const std::string& list) {
+    std::vector<int> out;
+    for (size_t pos = 0; pos <= list.size();) {
+        const size_t comma = std::min(list.find(',', pos), list.size());
+        out.push_back(std::stoi(list.substr(pos, comma - pos)));
+        pos = comma + 1;
+    }
+    return out;
+}
+
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
 // --until-running: see the header comment.
@@ -211,23 +222,13 @@ int run(int argc, char** argv) {
             return opened.back().get();
         };
         std::vector<int> fds;
-        const std::string list = fds_text;
-        for (size_t pos = 0; pos <= list.size();) {
-            const size_t comma = std::min(list.find(',', pos), list.size());
-            fds.push_back(open_fd(list.substr(pos, comma - pos)));
-            pos = comma + 1;
-        }
+        for (const int number : fd_list(fds_text)) fds.push_back(open_fd(std::to_string(number)));
         if (fds.size() < 2) throw Error("standby: STATE_FD,MEMFD[,MEMFD]");
         const int delta_fd = delta >= 0 ? open_fd(std::to_string(delta)) : -1;
         const std::vector<uint8_t> state = read_fd(fds[0]);
         restored = snapshot::restore_fork(std::move(machine), state, std::span<const int>(fds).subspan(1), delta_fd);
     } else if (!fork_fds.empty()) {
-        std::vector<int> fds;
-        for (size_t pos = 0; pos <= fork_fds.size();) {
-            const size_t comma = std::min(fork_fds.find(',', pos), fork_fds.size());
-            fds.push_back(std::stoi(fork_fds.substr(pos, comma - pos)));
-            pos = comma + 1;
-        }
+        const std::vector<int> fds = fd_list(fork_fds);
         if (fds.size() < 2) throw Error("--fork-fds: STATE_FD,MEMFD[,MEMFD]");
         const std::vector<uint8_t> state = read_fd(fds[0]);
         restored = snapshot::restore_fork(kvm, state, std::span<const int>(fds).subspan(1), fork_delta);
