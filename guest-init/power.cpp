@@ -20,7 +20,7 @@
 #include "guest-init/console.hpp"
 #include "guest-init/reaper.hpp"
 #include "guest-init/signals.hpp"
-#include "vmm/control_port.hpp"
+#include "guest-init/protocol/control_port.hpp"
 
 namespace nanovm::guest_init {
 namespace {

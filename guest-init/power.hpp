@@ -4,8 +4,8 @@
 // and with reboot=k, where a reboot resets through the i8042 (0xFE to port 0x64),
 // which reaches the VMM. So both actions end in reboot(RB_AUTOBOOT), and guest-init
 // first writes which one it means to the nanovm control port
-// (vmm/control_port.hpp): the VMM then treats the reset that follows as power-off
-// (the VM ends) or as reboot.
+// (guest-init/protocol/control_port.hpp): the VMM then treats the reset that follows
+// as power-off (the VM ends) or as reboot.
 #pragma once
 
 #include <optional>

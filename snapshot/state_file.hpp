@@ -48,7 +48,7 @@ enum class SectionType : uint32_t {
     clock = 24,         ///< kvm_clock_data
     /// The VM's devices (virtio transports + queues + device structs, legacy devices,
     /// disk chain names) as UTF-8 JSON written and read by the VMM layer that owns
-    /// the devices (api/vm_devices_state.cpp); absent for probe machines.
+    /// the devices (api/vm/vm_devices_state.cpp); absent for probe machines.
     devices = 30,
 };
 

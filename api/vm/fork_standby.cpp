@@ -57,12 +57,12 @@ int run_fork_standby(const StandbyOptions& o) {
     try {
         parent = Fd(static_cast<int>(::syscall(SYS_pidfd_open, o.parent_pid, 0)));
         if (!parent || ::getppid() != o.parent_pid) return 0;  // the parent is gone already
-        // What a cold VMM checks first (api/linux_vm.cpp), done here ahead of the fork.
+        // What a cold VMM checks first (api/vm/linux_vm.cpp), done here ahead of the fork.
         require_linux_capable_kvm(detect_kvm_host());
         const Kvm kvm = Kvm::open();
         snapshot::MachineInfo shape;
         shape.vcpus = o.vcpus;
-        shape.irqchip = 1;  // a Linux VM's (api/linux_vm.cpp)
+        shape.irqchip = 1;  // a Linux VM's (api/vm/linux_vm.cpp)
         shape.ram_bytes = o.ram_bytes;
         machine = snapshot::make_fork_standby(kvm, shape);
         listener = listen_on(o.socket);

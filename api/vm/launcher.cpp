@@ -18,9 +18,9 @@
 
 #include <fmt/format.h>
 
-#include "api/boot_command.hpp"
-#include "api/device_options.hpp"
-#include "api/paths.hpp"
+#include "api/vm/boot_options.hpp"
+#include "api/vm/device_options.hpp"
+#include "api/vm/paths.hpp"
 #include "api/vm/standby_handoff.hpp"
 #include "snapshot/manifest.hpp"
 #include "vmm/error.hpp"

@@ -20,7 +20,7 @@
 
 #include <fmt/format.h>
 
-#include "api/paths.hpp"
+#include "api/vm/paths.hpp"
 #include "api/vm/state_dir.hpp"
 #include "vmm/error.hpp"
 #include "vmm/fd.hpp"

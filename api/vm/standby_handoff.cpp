@@ -14,7 +14,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "api/boot_command.hpp"
+#include "api/vm/boot_options.hpp"
 #include "api/vm/vm_id.hpp"
 #include "vmm/error.hpp"
 

@@ -21,7 +21,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "api/paths.hpp"
+#include "api/vm/paths.hpp"
 #include "api/vm/vm_id.hpp"
 #include "vmm/error.hpp"
 

@@ -25,7 +25,7 @@
 namespace nanovm::vm {
 
 /// The run directory: $NANOVM_RUN_DIR, else $XDG_RUNTIME_DIR/nanovm, else
-/// <cache_dir()>/run (api/paths.hpp).
+/// <cache_dir()>/run (api/vm/paths.hpp).
 std::string run_dir();
 
 /// <run_dir>/vms: one directory per VM.

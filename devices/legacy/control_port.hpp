@@ -1,6 +1,6 @@
-// The nanovm control port device (port and values: vmm/control_port.hpp) and the
-// rule that turns "how the machine stopped" + "what the guest announced" into the
-// outcome `nanovm boot` reports.
+// The nanovm control port device (port and values:
+// guest-init/protocol/control_port.hpp) and the rule that turns "how the machine
+// stopped" + "what the guest announced" into the outcome `nanovm boot` reports.
 #pragma once
 
 #include <atomic>
@@ -8,7 +8,7 @@
 #include <string_view>
 
 #include "devices/bus_device.hpp"
-#include "vmm/control_port.hpp"
+#include "guest-init/protocol/control_port.hpp"
 #include "vmm/stop_reason.hpp"
 
 namespace nanovm {

@@ -1,7 +1,8 @@
 // The legacy PC devices a Linux guest expects, put on an I/O port bus together:
 // COM1 (8250 UART, 0x3f8, IRQ 4), the i8042 (0x60/0x64, reset), the CMOS RTC
-// (0x70/0x71) and the nanovm control port (vmm/control_port.hpp). Anything else on
-// the ISA bus (POST port 0x80, absent hardware) reads as 0xff (devices/bus.hpp).
+// (0x70/0x71) and the nanovm control port (guest-init/protocol/control_port.hpp).
+// Anything else on the ISA bus (POST port 0x80, absent hardware) reads as 0xff
+// (devices/bus.hpp).
 #pragma once
 
 #include <functional>

@@ -9,7 +9,7 @@ import subprocess
 import threading
 import time
 
-# Same as the boot bench and `nanovm boot`'s default (api/boot_command.hpp). The guest
+# Same as the boot bench and `nanovm boot`'s default (api/vm/boot_options.hpp). The guest
 # runs its benchmark program through guest-init's nanovm.exec= and the harness kills
 # the VMM once it has the result line (QEMU microvm without ACPI cannot power off).
 BASE_CMDLINE = "console=ttyS0 reboot=k panic=-1 quiet"

@@ -1,4 +1,4 @@
-#include "api/vm_devices.hpp"
+#include "api/vm/vm_devices.hpp"
 
 #include <sys/stat.h>
 

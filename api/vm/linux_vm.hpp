@@ -1,7 +1,7 @@
 // One Linux guest as BootOptions describe it, built and ready to run: guest memory
 // with the kernel (and initramfs) loaded, the KVM machine with its vCPUs set up for
 // the Linux boot protocol, the legacy devices (serial console, i8042, RTC, control
-// port) and the virtio devices. `nanovm boot` (api/boot_command.cpp) and the VMM
+// port) and the virtio devices. `nanovm boot` (api/cli/boot_command.cpp) and the VMM
 // process of `nanovm run` / `nanovm vm start` (api/vm/vmm_process.cpp) both build
 // their guest with it and add only what differs (host console, control socket).
 #pragma once
@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "api/boot_command.hpp"
+#include "api/vm/boot_options.hpp"
 #include "devices/legacy/control_port.hpp"
 #include "snapshot/fork_image.hpp"
 #include "snapshot/snapshot_dir.hpp"

@@ -1,5 +1,5 @@
 // Background compaction of a VM's disk layer chains (see disk_compactor.hpp).
-#include "api/disk_compactor.hpp"
+#include "api/vm/disk_compactor.hpp"
 
 #include <chrono>
 #include <optional>

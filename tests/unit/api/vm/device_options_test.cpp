@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "api/device_options.hpp"
+#include "api/vm/device_options.hpp"
 #include "vmm/error.hpp"
 
 using namespace nanovm;

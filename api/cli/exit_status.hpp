@@ -1,9 +1,9 @@
 // Exit statuses of `nanovm boot` (also printed by `nanovm boot --help`).
 //
 // Without ACPI the guest ends every run with a reset; guest-init announces on the
-// nanovm control port (vmm/control_port.hpp) whether it is a poweroff or a reboot,
-// and an unannounced reset is a crash (the kernel runs with panic=-1, so a panic
-// resets at once).
+// nanovm control port (guest-init/protocol/control_port.hpp) whether it is a poweroff
+// or a reboot, and an unannounced reset is a crash (the kernel runs with panic=-1, so a
+// panic resets at once).
 #pragma once
 
 namespace nanovm::exit_status {

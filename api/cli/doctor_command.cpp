@@ -1,4 +1,4 @@
-#include "api/doctor_command.hpp"
+#include "api/cli/doctor_command.hpp"
 
 #include <linux/kvm.h>
 #include <sys/stat.h>
@@ -11,7 +11,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "api/paths.hpp"
+#include "api/vm/paths.hpp"
 #include "vmm/error.hpp"
 #include "vmm/kvm.hpp"
 #include "vmm/kvm_flavour.hpp"

@@ -13,8 +13,10 @@
 // returns kSignature ('N'), so a guest can check that it runs under nanovm (an
 // unclaimed port reads 0xff).
 //
-// This header is shared by the VMM and guest-init: keep it dependency-free
-// (constexpr values only).
+// A guest/host protocol like the agent's (the other headers of guest-init/protocol/):
+// guest-init (power.cpp) writes the port, the VMM's legacy device
+// (devices/legacy/control_port.hpp) reads it. Keep it dependency-free (constexpr
+// values only).
 #pragma once
 
 namespace nanovm::control_port {

@@ -1,5 +1,5 @@
 // `nanovm vm ...` (see vm_command.hpp).
-#include "api/vm_command.hpp"
+#include "api/cli/vm_command.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -17,9 +17,8 @@
 #include <nlohmann/json.hpp>
 
 #include "api/agent_client/agent_client.hpp"
-#include "api/boot_command.hpp"
-#include "api/host_console.hpp"
-#include "api/run_command.hpp"
+#include "api/cli/run_command.hpp"
+#include "api/vm/boot_options.hpp"
 #include "api/vm/control_client.hpp"
 #include "api/vm/control_protocol.hpp"
 #include "api/vm/copy_spec.hpp"
@@ -27,6 +26,7 @@
 #include "api/vm/launcher.hpp"
 #include "api/vm/standby_keeper.hpp"
 #include "api/vm/state_dir.hpp"
+#include "api/vm/termination_signals.hpp"
 #include "vmm/error.hpp"
 #include "vmm/log.hpp"
 

@@ -1,5 +1,5 @@
 // `nanovm run` (see run_command.hpp).
-#include "api/run_command.hpp"
+#include "api/cli/run_command.hpp"
 
 #include <signal.h>
 #include <unistd.h>
@@ -7,10 +7,10 @@
 #include <fmt/format.h>
 
 #include "api/agent_client/agent_client.hpp"
-#include "api/boot_command.hpp"
-#include "api/host_console.hpp"
+#include "api/vm/boot_options.hpp"
 #include "api/vm/control_client.hpp"
 #include "api/vm/exec_stream.hpp"
+#include "api/vm/termination_signals.hpp"
 #include "vmm/error.hpp"
 #include "vmm/log.hpp"
 

@@ -1,6 +1,7 @@
 // The host side of `nanovm boot`'s console: the terminal in raw mode, host input
 // forwarded to the guest's serial port, and the host's termination signals (and the
-// escape Ctrl-A x) turned into a stop request — all on one thread, with poll(2).
+// escape Ctrl-A x) turned into a stop request — all on one thread, with poll(2). The
+// signals come from api/vm/termination_signals.hpp's signalfd.
 #pragma once
 
 #include <termios.h>
@@ -48,11 +49,6 @@ public:
 private:
     bool armed_ = false;
 };
-
-/// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread (call before starting any
-/// other thread, so that all of them inherit the mask) and ignores SIGPIPE. Returns a
-/// signalfd that reports them. Throws SysError.
-Fd block_termination_signals();
 
 /// The console thread. Forwards bytes read from `input_fd` (until EOF) to `serial`,
 /// with back-pressure; on a signal from `signal_fd` calls `on_stop` with the signal

@@ -1,4 +1,4 @@
-#include "api/host_console.hpp"
+#include "api/cli/host_console.hpp"
 
 #include <poll.h>
 #include <signal.h>
@@ -42,19 +42,6 @@ bool ConsoleEscape::filter(const uint8_t* in, size_t len, std::vector<uint8_t>& 
         }
     }
     return false;
-}
-
-Fd block_termination_signals() {
-    ::signal(SIGPIPE, SIG_IGN);  // a closed console pipe is an EPIPE, not a death
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGHUP);
-    if (::pthread_sigmask(SIG_BLOCK, &set, nullptr) != 0) throw SysError("pthread_sigmask", EINVAL);
-    Fd fd(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
-    if (!fd) throw_errno("signalfd");
-    return fd;
 }
 
 HostConsole::HostConsole(int input_fd, int signal_fd, Serial& serial, bool escape, std::function<void(int)> on_stop)

@@ -71,7 +71,7 @@ struct VmCommands {
 VmCommands add_vm_commands(CLI::App& app, VmCommandOptions& options);
 
 /// Runs whichever of them was parsed. Returns the exit status: 0, 1 (an error, one
-/// line on stderr); `vm exec` returns what `nanovm run` does (api/run_command.hpp).
+/// line on stderr); `vm exec` returns what `nanovm run` does (api/cli/run_command.hpp).
 /// Never throws.
 int run_vm_command(const VmCommands& commands, const VmCommandOptions& options);
 

@@ -1,4 +1,4 @@
-// The VMM's background disk compaction (api/disk_compactor) over a real BlockDevice
+// The VMM's background disk compaction (api/vm/disk_compactor) over a real BlockDevice
 // on real files (blk_rig.hpp), its loop standing in for the device thread: a disk is
 // compacted once 4 frozen layers of its directory lie below its top, the guest reads
 // the same disk afterwards, and only the newest snapshot, once placed, starts one.
@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "api/disk_compactor.hpp"
+#include "api/vm/disk_compactor.hpp"
 #include "devices/virtio/blk/block_device.hpp"
 #include "tests/unit/devices/virtio/blk_rig.hpp"
 

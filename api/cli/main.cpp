@@ -6,12 +6,12 @@
 #include <string>
 #include <string_view>
 
-#include "api/boot_command.hpp"
-#include "api/doctor_command.hpp"
-#include "api/exit_status.hpp"
-#include "api/run_command.hpp"
+#include "api/cli/boot_command.hpp"
+#include "api/cli/doctor_command.hpp"
+#include "api/cli/exit_status.hpp"
+#include "api/cli/run_command.hpp"
+#include "api/cli/vm_command.hpp"
 #include "api/vm/exec_stream.hpp"
-#include "api/vm_command.hpp"
 #include "vmm/error.hpp"
 #include "vmm/log.hpp"
 

@@ -1,4 +1,4 @@
-#include "api/boot_command.hpp"
+#include "api/cli/boot_command.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -13,10 +13,10 @@
 
 #include <fmt/format.h>
 
-#include "api/exit_status.hpp"
-#include "api/host_console.hpp"
-#include "api/linux_vm.hpp"
-#include "api/vm_devices.hpp"
+#include "api/cli/exit_status.hpp"
+#include "api/cli/host_console.hpp"
+#include "api/vm/linux_vm.hpp"
+#include "api/vm/termination_signals.hpp"
 #include "vmm/error.hpp"
 #include "vmm/fd.hpp"
 #include "vmm/log.hpp"
@@ -82,22 +82,6 @@ int boot(const BootOptions& options) {
 }
 
 }  // namespace
-
-std::string boot_cmdline(const BootOptions& options) {
-    std::string cmdline = options.cmdline ? *options.cmdline : kDefaultCmdline;
-    const auto add = [&cmdline](std::string_view part) {
-        if (part.empty()) return;
-        if (!cmdline.empty()) cmdline += ' ';
-        cmdline += part;
-    };
-    if (options.root_disk && !options.disks.empty())
-        add(fmt::format("root=/dev/vda rootfstype=ext4 {} init={}", options.disks.front().read_only ? "ro" : "rw",
-                        kRootInit));
-    add(virtio_cmdline(options));
-    if (options.until_ready) add(kUntilReadyParam);
-    for (const std::string& part : options.append) add(part);
-    return cmdline;
-}
 
 int run_boot(const BootOptions& options) {
     try {

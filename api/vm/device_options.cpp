@@ -1,4 +1,4 @@
-#include "api/device_options.hpp"
+#include "api/vm/device_options.hpp"
 
 #include <charconv>
 #include <string_view>

@@ -17,7 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "api/vm_devices.hpp"
+#include "api/vm/vm_devices.hpp"
 #include "devices/virtio/blk/block_device.hpp"
 #include "devices/virtio/net/net_device.hpp"
 #include "devices/virtio/rng/rng_device.hpp"

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "api/boot_command.hpp"
+#include "api/vm/boot_options.hpp"
 #include <nlohmann/json.hpp>
 
 #include "devices/bus.hpp"

@@ -1,5 +1,5 @@
 // A Linux guest built from BootOptions (see linux_vm.hpp).
-#include "api/linux_vm.hpp"
+#include "api/vm/linux_vm.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -14,18 +14,18 @@
 
 #include <fmt/format.h>
 
-#include "api/disk_compactor.hpp"
-#include "api/paths.hpp"
+#include "api/vm/disk_compactor.hpp"
+#include "api/vm/paths.hpp"
 #include "api/vm/scratch_disk.hpp"
-#include "api/vm_devices.hpp"
-#include "devices/virtio/blk/block_device.hpp"
-#include "snapshot/fork_image.hpp"
-#include "snapshot/manifest.hpp"
-#include "snapshot/state_file.hpp"
-#include "snapshot/snapshot_error.hpp"
+#include "api/vm/vm_devices.hpp"
 #include "devices/bus.hpp"
 #include "devices/irq_line.hpp"
 #include "devices/legacy/legacy_devices.hpp"
+#include "devices/virtio/blk/block_device.hpp"
+#include "snapshot/fork_image.hpp"
+#include "snapshot/manifest.hpp"
+#include "snapshot/snapshot_error.hpp"
+#include "snapshot/state_file.hpp"
 #include "vmm/error.hpp"
 #include "vmm/fd.hpp"
 #include "vmm/kvm.hpp"

@@ -1,4 +1,4 @@
-#include "api/paths.hpp"
+#include "api/vm/paths.hpp"
 
 #include <pwd.h>
 #include <unistd.h>

@@ -1,4 +1,7 @@
-// `nanovm boot`: boot a Linux guest with the serial console on this terminal.
+// What a Linux VM is built from: BootOptions (the shape, kernel, command line, disks
+// and devices), the shape limits, and the kernel command line they make. The VM layer
+// (linux_vm, vmm_process, the launcher) builds from them; the CLI fills them from
+// `nanovm boot`'s flags (api/cli/boot_command.cpp) and the VMM from VmmOptions.
 #pragma once
 
 #include <cstdint>
@@ -6,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "api/device_options.hpp"
+#include "api/vm/device_options.hpp"
 
 namespace nanovm {
 
-/// The options of `nanovm boot` (defaults as documented in --help).
+/// One Linux VM's build options (the defaults are `nanovm boot`'s, as its --help shows).
 struct BootOptions {
     std::string kernel;                  ///< empty: default_kernel_path()
     std::string initrd;                  ///< empty: default_initrd_path()
@@ -43,9 +46,5 @@ inline constexpr const char* kUntilReadyParam = "nanovm.until_ready=1";
 /// virtio_mmio.device= declarations of the virtio devices, nanovm.until_ready=1 with
 /// --until-ready, then each --append.
 std::string boot_cmdline(const BootOptions& options);
-
-/// Runs the guest to its end; returns the exit status (api/exit_status.hpp). Prints
-/// every error as one line on stderr; never throws.
-int run_boot(const BootOptions& options);
 
 }  // namespace nanovm

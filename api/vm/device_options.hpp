@@ -1,6 +1,6 @@
 // The device options of the CLI (`--disk`, `--scratch`, `--net`, `--vsock`) parsed
 // from their "VALUE[,key=value...]" spelling into plain structs. Parsing only: the
-// files, taps and sockets are opened when the VM is built (api/boot_command.cpp).
+// files, taps and sockets are opened when the VM is built (api/vm/vm_devices.cpp).
 #pragma once
 
 #include <array>
