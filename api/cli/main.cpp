@@ -8,10 +8,10 @@
 
 #include "api/cli/boot_command.hpp"
 #include "api/cli/doctor_command.hpp"
+#include "api/cli/exec_stream.hpp"
 #include "api/cli/exit_status.hpp"
 #include "api/cli/run_command.hpp"
 #include "api/cli/vm_command.hpp"
-#include "api/vm/exec_stream.hpp"
 #include "vmm/error.hpp"
 #include "vmm/log.hpp"
 
@@ -109,10 +109,10 @@ int main(int argc, char** argv) {
             const int code = app.exit(e);  // prints help or the error
             if (code == 0) return 0;
             // `run` and `vm exec` keep 0-124 for the command's own statuses
-            // (api/vm/exec_stream.hpp): their usage errors are 125, not 2.
+            // (api/cli/exec_stream.hpp): their usage errors are 125, not 2.
             const auto arg = [&](int i) { return argc > i ? std::string_view(argv[i]) : std::string_view(); };
             const bool exec_like = arg(1) == "run" || (arg(1) == "vm" && arg(2) == "exec");
-            return exec_like ? vm::kExecNanovmError : exit_status::kUsage;
+            return exec_like ? kExecNanovmError : exit_status::kUsage;
         }
         if (*run) return run_run(run_options);
         if (*vm_commands.vm || *vm_commands.vmm || *vm_commands.standby) return run_vm_command(vm_commands, vm_options);

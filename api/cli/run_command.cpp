@@ -7,9 +7,9 @@
 #include <fmt/format.h>
 
 #include "api/agent_client/agent_client.hpp"
+#include "api/cli/exec_stream.hpp"
 #include "api/vm/boot_options.hpp"
 #include "api/vm/control_client.hpp"
-#include "api/vm/exec_stream.hpp"
 #include "api/vm/termination_signals.hpp"
 #include "vmm/error.hpp"
 #include "vmm/log.hpp"
@@ -39,11 +39,11 @@ int run(const RunOptions& options) {
         // A one-command VM is not forked: no standbys for it.
         vm::SandboxSpec spec = options.spec;
         spec.fork_standby = 0;
-        started = vm::start_vm(spec, /*attached=*/true, signals.get());
+        started = start_vm_for_cli(spec, /*attached=*/true, signals.get());
     } catch (const vm::Interrupted& i) {
         return 128 + i.signal;
     }
-    int status = vm::kExecNanovmError;
+    int status = kExecNanovmError;
     try {
         agent::AgentClient client = agent::AgentClient::connect(
             agent::Endpoint::vsock(started.paths.vsock_socket(), agent::proto::kAgentVsockPort));
@@ -51,8 +51,8 @@ int run(const RunOptions& options) {
         command.cwd = options.cwd;
         command.env = options.env;
         command.timeout = std::chrono::seconds(options.timeout_s);
-        status = vm::exec_streaming(client, command,
-                                    vm::StreamOptions{!options.no_stdin && !::isatty(STDIN_FILENO), signals.get()});
+        status = exec_streaming(client, command,
+                                    StreamOptions{!options.no_stdin && !::isatty(STDIN_FILENO), signals.get()});
     } catch (const std::exception& e) {
         log_line(fmt::format("the guest agent: {}", e.what()));
     }
@@ -61,6 +61,20 @@ int run(const RunOptions& options) {
 }
 
 }  // namespace
+
+void print_guest_console(const std::vector<std::string>& console) {
+    for (const std::string& line : console) log_line("guest console: " + line);
+}
+
+vm::StartedVm start_vm_for_cli(const vm::SandboxSpec& spec, bool attached, int signal_fd) {
+    vm::clean_stale_vm_dirs(spec.run_dir.empty() ? vm::default_run_dir() : vm::RunDir{spec.run_dir});
+    try {
+        return vm::start_vm(spec, attached, signal_fd);
+    } catch (const vm::StartError& e) {
+        print_guest_console(e.console());
+        throw;
+    }
+}
 
 CLI::App* add_run_command(CLI::App& app, RunOptions& options) {
     CLI::App* cmd = app.add_subcommand("run", "Run one command in a fresh sandbox VM, then remove the VM");
@@ -102,7 +116,7 @@ int run_run(const RunOptions& options) {
     } catch (...) {
         log_line("unknown error");
     }
-    return vm::kExecNanovmError;
+    return kExecNanovmError;
 }
 
 }  // namespace nanovm

@@ -26,10 +26,21 @@ struct RunOptions {
     std::vector<std::string> argv;      ///< the command (argv, not a shell line)
 };
 
+/// vm::start_vm for a command line: first removes the stale VM directories (and
+/// unused fork bases) of the spec's run directory (vm::clean_stale_vm_dirs: the
+/// CLI's decision, nanovmd keeps them), and on a vm::StartError prints the guest
+/// console's last lines to stderr ("nanovm: guest console: ...") before rethrowing.
+/// Throws what vm::start_vm throws.
+vm::StartedVm start_vm_for_cli(const vm::SandboxSpec& spec, bool attached, int signal_fd);
+
+/// Prints `console` (a failed start's guest console lines) to stderr, one
+/// "nanovm: guest console: LINE" each.
+void print_guest_console(const std::vector<std::string>& console);
+
 /// Registers `run` on `app`, filling `options`.
 CLI::App* add_run_command(CLI::App& app, RunOptions& options);
 
-/// Runs it. Returns the command's exit status, or the codes of api/vm/exec_stream.hpp
+/// Runs it. Returns the command's exit status, or the codes of api/cli/exec_stream.hpp
 /// (125: nanovm failed, with one line on stderr). Never throws.
 int run_run(const RunOptions& options);
 

@@ -8,25 +8,26 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <thread>
-#include <iostream>
 #include <map>
 #include <string>
+#include <variant>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "api/agent_client/agent_client.hpp"
+#include "api/cli/exec_stream.hpp"
 #include "api/cli/run_command.hpp"
+#include "api/vm/adopt.hpp"
 #include "api/vm/boot_options.hpp"
 #include "api/vm/control_client.hpp"
 #include "api/vm/control_protocol.hpp"
 #include "api/vm/copy_spec.hpp"
-#include "api/vm/exec_stream.hpp"
+#include "api/vm/guest_ops.hpp"
 #include "api/vm/launcher.hpp"
-#include "api/vm/standby_keeper.hpp"
 #include "api/vm/state_dir.hpp"
 #include "api/vm/termination_signals.hpp"
+#include "api/vm/vm_ops.hpp"
 #include "vmm/error.hpp"
 #include "vmm/log.hpp"
 
@@ -36,21 +37,8 @@ namespace {
 
 using nlohmann::json;
 
-// The VM `id_text` names, checked to be alive and answering; its status.
-struct LiveVm {
-    vm::VmPaths paths;
-    json status;
-};
-
-// How much of a dead VM's vmm.log its error shows: the "ended" line and, after a
-// guest crash, the console lines the VMM logged just before it (a panic's reason).
-constexpr size_t kDeadVmLogLines = 6;
-
-// What a dead VM's vmm.log says about its end, for an error or `vm list`.
-std::string how_it_ended(const vm::VmPaths& paths) {
-    const std::string last = vm::vmm_log_tail(paths, kDeadVmLogLines);
-    return last.empty() ? "its VMM died without a word in its log" : "the end of its log: " + last;
-}
+// The CLI's run directory: $NANOVM_RUN_DIR, $XDG_RUNTIME_DIR/nanovm, or the cache's.
+vm::RunDir cli_run_dir() { return vm::default_run_dir(); }
 
 // Removes a dead VM's directory unless NANOVM_KEEP_STATE=1 asks to keep it; says which.
 std::string clean_up_dead(const vm::VmPaths& paths) {
@@ -59,38 +47,34 @@ std::string clean_up_dead(const vm::VmPaths& paths) {
     return "its state directory was removed";
 }
 
-LiveVm live_vm(const std::string& id_text) {
-    const vm::VmPaths paths = vm::find_vm(id_text);
-    if (!vm::vmm_alive(paths)) {
-        const std::string ended = how_it_ended(paths);  // before clean_up_dead removes the log
-        throw Error(fmt::format("VM {} is not running ({}); {}", paths.id, ended, clean_up_dead(paths)));
-    }
-    json status;
+// Runs `op` on VM `paths`; a VM found dead is cleaned up (the CLI's decision) and
+// named, a paused one gets the command that resumes it.
+template <typename Op>
+auto on_vm(const vm::VmPaths& paths, Op&& op) {
     try {
-        status = vm::control_call(paths.control_socket(), "status");
-    } catch (const std::exception& e) {
-        throw Error(fmt::format("VM {} does not answer on its control socket: {}", paths.id, e.what()));
-    }
-    return LiveVm{paths, std::move(status)};
-}
-
-// A live VM whose agent can take commands now.
-agent::AgentClient agent_of(const LiveVm& vm) {
-    const std::string state = vm.status.value("state", "");
-    if (state == "paused")
-        throw Error(fmt::format("VM {} is paused: resume it first (nanovm vm resume {})", vm.paths.id, vm.paths.id));
-    if (state != "running") throw Error(fmt::format("VM {} is {}", vm.paths.id, state));
-    try {
-        return agent::AgentClient::connect(agent::Endpoint::vsock(vm.paths.vsock_socket(), agent::proto::kAgentVsockPort));
-    } catch (const std::exception& e) {
-        throw Error(fmt::format("VM {}: cannot reach its guest agent: {}", vm.paths.id, e.what()));
+        return op();
+    } catch (const vm::VmStateError& e) {
+        if (e.state() == "dead") throw Error(fmt::format("{}; {}", e.what(), clean_up_dead(paths)));
+        if (e.state() == "paused") throw Error(fmt::format("{} (nanovm vm resume {})", e.what(), paths.id));
+        throw;
+    } catch (const vm::ControlCommandError& e) {
+        throw Error(fmt::format("VM {}: {}", paths.id, e.what()));
     }
 }
 
-int vm_start(const vm::SandboxSpec& spec) {
+// The VM `id_text` names (a unique prefix will do).
+vm::VmPaths named_vm(const std::string& id_text) { return vm::find_vm(cli_run_dir(), id_text); }
+
+// A connection to the guest agent of the running VM `paths`.
+agent::AgentClient agent_of(const vm::VmPaths& paths) {
+    return on_vm(paths, [&] { return vm::connect_agent(paths); });
+}
+
+int vm_start(vm::SandboxSpec spec) {
     const Fd signals = block_termination_signals();
+    spec.run_dir = cli_run_dir().root;
     try {
-        const vm::StartedVm started = vm::start_vm(spec, /*attached=*/false, signals.get());
+        const vm::StartedVm started = start_vm_for_cli(spec, /*attached=*/false, signals.get());
         std::printf("%s\n", started.paths.id.c_str());
         return 0;
     } catch (const vm::Interrupted& i) {
@@ -100,7 +84,7 @@ int vm_start(const vm::SandboxSpec& spec) {
 
 // `vm exec --session NAME`: the words joined into one shell line (as ssh does), run
 // in the session's shell, which is opened first if it does not exist yet.
-int session_exec(agent::AgentClient& client, const LiveVm& vm, const VmCommandOptions& o) {
+int session_exec(agent::AgentClient& client, const vm::VmPaths& paths, const VmCommandOptions& o) {
     if (!o.cwd.empty() || !o.env.empty())
         throw Error("--session: use cd and export in the session instead of --cwd and --env");
     std::string line;
@@ -109,20 +93,20 @@ int session_exec(agent::AgentClient& client, const LiveVm& vm, const VmCommandOp
         client.open_session(o.session);
     } catch (const agent::AgentError& e) {
         if (e.errno_name() != "EEXIST")
-            throw Error(fmt::format("VM {}: session {}: {}: {}", vm.paths.id, o.session, e.message(), e.errno_name()));
+            throw Error(fmt::format("VM {}: session {}: {}: {}", paths.id, o.session, e.message(), e.errno_name()));
     }
     const Fd signals = block_termination_signals();
     const auto timeout = std::chrono::milliseconds(std::chrono::seconds(o.timeout_s));
     try {
-        return vm::stream_request(
+        return stream_request(
             client,
             [&](agent::OutputCallbacks callbacks) {
                 return client.start_in_session(o.session, line, timeout, std::move(callbacks));
             },
             false, timeout, signals.get());
     } catch (const std::exception& e) {
-        log_line(fmt::format("VM {}: the guest agent: {}", vm.paths.id, e.what()));
-        return vm::kExecNanovmError;
+        log_line(fmt::format("VM {}: the guest agent: {}", paths.id, e.what()));
+        return kExecNanovmError;
     }
 }
 
@@ -131,20 +115,20 @@ int vm_exec(const VmCommandOptions& o) {
     for (const std::string& e : o.env) {
         if (e.find('=') == std::string::npos || e.front() == '=') throw Error(fmt::format("--env {}: want KEY=VALUE", e));
     }
-    const LiveVm vm = live_vm(o.id);
-    agent::AgentClient client = agent_of(vm);
-    if (!o.session.empty()) return session_exec(client, vm, o);
+    const vm::VmPaths paths = named_vm(o.id);
+    agent::AgentClient client = agent_of(paths);
+    if (!o.session.empty()) return session_exec(client, paths, o);
     agent::Command command = agent::Command::program(o.argv);
     command.cwd = o.cwd;
     command.env = o.env;
     command.timeout = std::chrono::seconds(o.timeout_s);
     const Fd signals = block_termination_signals();
     try {
-        return vm::exec_streaming(client, command,
-                                  vm::StreamOptions{!o.no_stdin && !::isatty(STDIN_FILENO), signals.get()});
+        return exec_streaming(client, command,
+                                  StreamOptions{!o.no_stdin && !::isatty(STDIN_FILENO), signals.get()});
     } catch (const std::exception& e) {
-        log_line(fmt::format("VM {}: the guest agent: {}", vm.paths.id, e.what()));
-        return vm::kExecNanovmError;
+        log_line(fmt::format("VM {}: the guest agent: {}", paths.id, e.what()));
+        return kExecNanovmError;
     }
 }
 
@@ -156,8 +140,8 @@ bool host_is_directory(const std::string& path) {
 int vm_cp(const VmCommandOptions& o) {
     const vm::CopySpec spec = vm::parse_copy_spec(o.copy_from, o.copy_to);
     const vm::CopyLocation& guest = spec.into_guest() ? spec.to : spec.from;
-    const LiveVm vm = live_vm(*guest.vm);
-    agent::AgentClient client = agent_of(vm);
+    const vm::VmPaths paths = named_vm(*guest.vm);
+    agent::AgentClient client = agent_of(paths);
     try {
         if (spec.into_guest()) {
             const std::string& host = spec.from.path;
@@ -172,11 +156,12 @@ int vm_cp(const VmCommandOptions& o) {
                 }
             }
             if (guest_dir) target = (target.back() == '/' ? target : target + "/") + vm::path_basename(host);
-            try {
-                client.upload(host, target);
-            } catch (const std::system_error& e) {
-                throw Error(e.what());
-            }
+            const Fd fd(::open(host.c_str(), O_RDONLY | O_CLOEXEC));
+            if (!fd) throw_errno("open " + host);
+            struct stat st {};
+            if (::fstat(fd.get(), &st) != 0) throw_errno("stat " + host);
+            vm::write_guest_file_from_fd(client, target, fd.get(),
+                                         vm::GuestWriteOptions{static_cast<uint32_t>(st.st_mode & 07777)});
         } else {
             std::string target = spec.to.path;
             if (host_is_directory(target)) target += "/" + vm::path_basename(guest.path);
@@ -186,8 +171,10 @@ int vm_cp(const VmCommandOptions& o) {
             // Written beside the target and renamed: a failed copy leaves no half file.
             const std::string part = target + ".nanovm-part";
             try {
-                client.download(guest.path, part);
-                ::chmod(part.c_str(), info.mode & 0777);
+                const Fd fd(::open(part.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+                if (!fd) throw_errno("open " + part);
+                vm::read_guest_file_to_fd(client, guest.path, fd.get());
+                ::fchmod(fd.get(), info.mode & 0777);
                 if (::rename(part.c_str(), target.c_str()) != 0) throw_errno("rename " + part + " to " + target);
             } catch (...) {
                 ::unlink(part.c_str());
@@ -195,7 +182,7 @@ int vm_cp(const VmCommandOptions& o) {
             }
         }
     } catch (const agent::AgentError& e) {
-        throw Error(fmt::format("{} in VM {}: {}", e.message(), vm.paths.id, e.errno_name()));
+        throw Error(fmt::format("{} in VM {}: {}", e.message(), paths.id, e.errno_name()));
     } catch (const std::system_error& e) {
         throw Error(e.what());
     }
@@ -210,14 +197,18 @@ std::string format_uptime(int64_t ms) {
 }
 
 int vm_list(bool as_json) {
+    const vm::RunDir run = cli_run_dir();
     std::map<std::string, std::string> endings;  // read before the directories go
-    for (const vm::VmPaths& paths : vm::list_vm_dirs())
-        if (!vm::vmm_alive(paths)) endings[paths.id] = how_it_ended(paths);
-    for (const std::string& id : vm::clean_stale_vm_dirs())
+    for (const vm::VmPaths& paths : vm::list_vm_dirs(run))
+        if (!vm::vmm_alive(paths)) endings[paths.id] = vm::vmm_end_reason(paths);
+    for (const std::string& id : vm::clean_stale_vm_dirs(run))
         log_line(fmt::format("removed the state directory of VM {}, which had ended ({})", id,
                              endings.count(id) ? endings[id] : "its VMM died"));
     json rows = json::array();
-    for (const vm::VmPaths& paths : vm::list_vm_dirs()) {
+    for (const vm::VmPaths& paths : vm::list_vm_dirs(run)) {
+        const vm::Adoption found = vm::adopt(run, paths.id, std::chrono::seconds(1));
+        if (found.state == vm::Adoption::State::dead || found.state == vm::Adoption::State::missing)
+            continue;  // it ended meanwhile
         json row{{"id", paths.id}, {"state", "unresponsive"}};
         try {
             const vm::VmInfo info = vm::read_vm_info(paths.info_file());
@@ -227,13 +218,8 @@ int vm_list(bool as_json) {
         } catch (const std::exception&) {
             row["state"] = "starting";
         }
-        try {
-            const json status = vm::control_call(paths.control_socket(), "status", nullptr, std::chrono::seconds(1));
-            for (const char* key : {"state", "pid", "cpus", "memory_mib", "uptime_ms"}) {
-                if (status.contains(key)) row[key] = status[key];
-            }
-        } catch (const std::exception&) {
-            if (!vm::vmm_alive(paths)) continue;  // it ended meanwhile
+        for (const char* key : {"state", "pid", "cpus", "memory_mib", "uptime_ms"}) {
+            if (found.status.contains(key)) row[key] = found.status[key];
         }
         rows.push_back(row);
     }
@@ -252,48 +238,29 @@ int vm_list(bool as_json) {
     return 0;
 }
 
-int vm_control(const std::string& id_text, const char* command) {
-    const LiveVm vm = live_vm(id_text);
-    try {
-        const json answer = vm::control_call(vm.paths.control_socket(), command);
-        if (std::string(command) == "status") {
-            json status = answer;
-            status.erase("ok");
-            std::printf("%s\n", status.dump().c_str());
-        }
-    } catch (const vm::ControlCommandError& e) {
-        throw Error(fmt::format("VM {}: {}", vm.paths.id, e.what()));
-    }
+int vm_status(const std::string& id_text) {
+    const vm::VmPaths paths = named_vm(id_text);
+    const json status = on_vm(paths, [&] { return vm::vm_status(paths); });
+    std::printf("%s\n", status.dump().c_str());
+    return 0;
+}
+
+int vm_pause(const std::string& id_text, bool pause) {
+    const vm::VmPaths paths = named_vm(id_text);
+    on_vm(paths, [&] { return pause ? vm::pause_vm(paths) : vm::resume_vm(paths); });
     return 0;
 }
 
 int vm_stop(const VmCommandOptions& o) {
-    const vm::VmPaths paths = vm::find_vm(o.id);
+    const vm::VmPaths paths = named_vm(o.id);
     if (!vm::vmm_alive(paths)) {
-        const std::string ended = how_it_ended(paths);  // before clean_up_dead removes the log
+        const std::string ended = vm::vmm_end_reason(paths);  // before clean_up_dead removes the log
         throw Error(fmt::format("VM {} was not running ({}); {}", paths.id, ended, clean_up_dead(paths)));
     }
-    const auto grace = std::chrono::seconds(o.stop_grace_s);
-    try {
-        vm::control_call(paths.control_socket(), "stop",
-                         {{"force", o.force || o.stop_grace_s == 0},
-                          {"timeout_ms", std::chrono::duration_cast<std::chrono::milliseconds>(grace).count()}});
-    } catch (const std::exception& e) {
-        log_line(fmt::format("VM {}: the stop request failed ({}); killing its VMM", paths.id, e.what()));
-        try {
-            ::kill(static_cast<pid_t>(vm::read_vm_info(paths.info_file()).pid), SIGKILL);
-        } catch (const std::exception&) {
-        }
-    }
-    if (!vm::wait_vmm_gone(paths, grace + std::chrono::seconds(10))) {
-        log_line(fmt::format("VM {}: its VMM did not exit: killing it", paths.id));
-        try {
-            ::kill(static_cast<pid_t>(vm::read_vm_info(paths.info_file()).pid), SIGKILL);
-        } catch (const std::exception&) {
-        }
-        if (!vm::wait_vmm_gone(paths, std::chrono::seconds(5)))
-            throw Error(fmt::format("VM {}: its VMM does not exit", paths.id));
-    }
+    const vm::StopResult stopped =
+        vm::stop_vm(paths, vm::StopRequest{o.force, std::chrono::seconds(o.stop_grace_s)});
+    if (!stopped.note.empty())
+        log_line(fmt::format("VM {}: {}{}", paths.id, stopped.note, stopped.killed ? ": its VMM was killed" : ""));
     if (!vm::keep_state_requested()) vm::remove_if_dead(paths);
     return 0;
 }
@@ -305,18 +272,11 @@ std::string absolute_dir(const std::string& dir) {
 }
 
 int vm_snapshot(const VmCommandOptions& o) {
-    const LiveVm vm = live_vm(o.id);
-    const std::string dir = absolute_dir(o.snapshot_dir);
-    json answer;
-    try {
-        answer = vm::control_call(vm.paths.control_socket(), "snapshot",
-                                  {{"dir", dir}, {"leave_paused", o.leave_paused}, {"wait_durable", o.wait_durable}},
-                                  std::chrono::minutes(30));
-    } catch (const vm::ControlCommandError& e) {
-        throw Error(fmt::format("VM {}: {}", vm.paths.id, e.what()));
-    }
-    answer.erase("ok");
-    std::printf("%s\n", answer.dump().c_str());
+    const vm::VmPaths paths = named_vm(o.id);
+    const vm::SnapshotResult result = on_vm(paths, [&] {
+        return vm::snapshot_vm(paths, vm::SnapshotRequest{absolute_dir(o.snapshot_dir), o.wait_durable, o.leave_paused});
+    });
+    std::printf("%s\n", result.answer.dump().c_str());
     return 0;
 }
 
@@ -335,50 +295,23 @@ int vm_restore(const VmCommandOptions& o) {
 // directory's forks/ until no VM uses it (clean_unused_fork_bases).
 int vm_fork(const VmCommandOptions& o) {
     if (o.fork_count < 1 || o.fork_count > 4) throw Error(fmt::format("-n {}: must be 1 to 4", o.fork_count));
-    const LiveVm parent = live_vm(o.id);
-    // Held until the children hold it themselves, so that no cleanup takes the base away.
-    const vm::ForkBase fork_base = vm::new_fork_base(parent.paths.id);
-    const std::string& base = fork_base.dir;
-    std::string memfds, delta;
-    try {
-        const nlohmann::json answer = vm::control_call(parent.paths.control_socket(), "fork", {{"dir", base}},
-                                                       std::chrono::minutes(5));
-        memfds = answer.at("memfds").get<std::string>();
-        delta = answer.value("delta", std::string());
-    } catch (const std::exception& e) {
-        std::error_code ec;
-        std::filesystem::remove_all(base, ec);
-        throw Error(fmt::format("VM {}: fork: {}", parent.paths.id, e.what()));
-    }
-    // Ctrl-C waits until every child answered or failed: a VMM whose readiness pipe
-    // has no reader any more would die of SIGPIPE on "ready".
+    const vm::RunDir run = cli_run_dir();
+    const vm::VmPaths parent = named_vm(o.id);
+    vm::ForkRequest request;
+    request.count = o.fork_count;
+    request.child.fork_standby = o.fork_standby;
+    // Ctrl-C waits until every child answered or failed (signals blocked, unread):
+    // the children are started either way, and are printed.
     const Fd signals = block_termination_signals();
-    // The parent's standbys (api/vm/standby_keeper.hpp): each child takes the first free one.
-    const std::vector<std::string> standby_sockets = vm::standby_sockets(parent.paths.dir);
-    std::vector<std::thread> starters;
-    std::vector<std::string> ids(o.fork_count), errors(o.fork_count);
-    for (uint32_t i = 0; i < o.fork_count; ++i) {
-        starters.emplace_back([&, i] {
-            try {
-                vm::SandboxSpec spec;
-                spec.restore_dir = base;
-                spec.fork_memory = memfds;
-                spec.fork_delta = delta;
-                spec.fork_standby = o.fork_standby;
-                spec.standby_sockets = standby_sockets;
-                ids[i] = vm::start_vm(spec, /*attached=*/false).paths.id;
-            } catch (const std::exception& e) {
-                errors[i] = e.what();
-            }
-        });
-    }
-    for (std::thread& t : starters) t.join();
+    const vm::ForkResult forked = on_vm(parent, [&] { return vm::fork_vm(run, parent, request); });
     int status = 0;
-    for (uint32_t i = 0; i < o.fork_count; ++i) {
-        if (!ids[i].empty()) {
-            std::printf("%s\n", ids[i].c_str());
+    for (size_t i = 0; i < forked.children.size(); ++i) {
+        if (const auto* child = std::get_if<vm::StartedVm>(&forked.children[i])) {
+            std::printf("%s\n", child->paths.id.c_str());
         } else {
-            log_line(fmt::format("fork {} of VM {}: {}", i + 1, parent.paths.id, errors[i]));
+            const auto& failure = std::get<vm::ForkFailure>(forked.children[i]);
+            print_guest_console(failure.console);
+            log_line(fmt::format("fork {} of VM {}: {}", i + 1, parent.id, failure.error));
             status = 1;
         }
     }
@@ -487,6 +420,8 @@ VmCommands add_vm_commands(CLI::App& app, VmCommandOptions& o) {
     c.vmm = app.add_subcommand("_vmm", "");  // hidden: the VMM process (launcher.cpp)
     c.vmm->group("");
     c.vmm->add_option("--id", o.vmm.id)->required();
+    c.vmm->add_option("--run-dir", o.vmm.run_dir);
+    c.vmm->add_flag("--keep-dir", o.vmm.keep_dir);
     c.vmm->add_option("--lock-fd", o.vmm.lock_fd)->required();
     c.vmm->add_option("--ready-fd", o.vmm.ready_fd);
     c.vmm->add_option("--cpus", o.vmm.cpus);
@@ -522,16 +457,16 @@ int run_vm_command(const VmCommands& c, const VmCommandOptions& o) {
         if (*c.exec) return vm_exec(o);
         if (*c.cp) return vm_cp(o);
         if (*c.list) return vm_list(o.json);
-        if (*c.status) return vm_control(o.id, "status");
-        if (*c.pause) return vm_control(o.id, "pause");
-        if (*c.resume) return vm_control(o.id, "resume");
+        if (*c.status) return vm_status(o.id);
+        if (*c.pause) return vm_pause(o.id, true);
+        if (*c.resume) return vm_pause(o.id, false);
         if (*c.stop) return vm_stop(o);
         if (*c.snapshot) return vm_snapshot(o);
         if (*c.restore) return vm_restore(o);
         if (*c.fork) return vm_fork(o);
     } catch (const std::exception& e) {
         log_line(e.what());
-        return *c.exec ? vm::kExecNanovmError : 1;
+        return *c.exec ? kExecNanovmError : 1;
     }
     return 2;
 }

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -50,6 +51,9 @@ Fd listen_on(const std::string& path) {
 }  // namespace
 
 int run_fork_standby(const StandbyOptions& o) {
+    // Claimed, it becomes a VMM: one whose launcher went away must not die of SIGPIPE.
+    // (Unclaimed, a vanished keeper is seen through the parent's pidfd.)
+    ::signal(SIGPIPE, SIG_IGN);
     const std::string name = fmt::format("standby {}", o.socket.substr(o.socket.rfind('/') + 1));
     Fd status(o.status_fd);
     std::unique_ptr<Machine> machine;
@@ -107,7 +111,7 @@ int run_fork_standby(const StandbyOptions& o) {
         // The launcher's settings (NANOVM_KEEP_STATE, the run directory), not the parent VMM's.
         apply_vmm_environment(claim.env);
         VmmOptions options = claim.options;
-        const std::string log_path = vm_paths(options.id).vmm_log();
+        const std::string log_path = vmm_run_dir(options).vm(options.id).vmm_log();
         const Fd log(::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
         if (log) {
             ::dup2(log.get(), STDOUT_FILENO);

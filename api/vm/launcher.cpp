@@ -26,7 +26,6 @@
 #include "vmm/error.hpp"
 #include "vmm/fd.hpp"
 #include "vmm/kvm_flavour.hpp"
-#include "vmm/log.hpp"
 
 namespace nanovm::vm {
 
@@ -64,6 +63,7 @@ void check_spec(const SandboxSpec& spec, const std::string& image) {
 std::vector<std::string> vmm_arguments(const std::string& exe, const VmmOptions& o, int lock_fd, int ready_fd) {
     std::vector<std::string> args = {exe,         "_vmm",
                                      "--id",      o.id,
+                                     "--run-dir", o.run_dir,
                                      "--lock-fd", std::to_string(lock_fd),
                                      "--ready-fd", std::to_string(ready_fd),
                                      "--cpus",    std::to_string(o.cpus),
@@ -88,6 +88,7 @@ std::vector<std::string> vmm_arguments(const std::string& exe, const VmmOptions&
         args.push_back("--disk");
         args.push_back(d);
     }
+    if (o.keep_dir) args.push_back("--keep-dir");
     return args;
 }
 
@@ -132,16 +133,16 @@ void wait_ended(const StartedVm& vm) {
 }
 
 // Why the VMM did not become ready: its error line, else the end of its log.
-[[noreturn]] void fail_start(const StartedVm& vm, std::string error, const std::vector<std::string>& console) {
+[[noreturn]] void fail_start(const StartedVm& vm, bool keep_dir, std::string error,
+                             std::vector<std::string> console) {
     const std::vector<std::string> vmm_log = file_tail(vm.paths.vmm_log(), 5);
     wait_ended(vm);
-    remove_if_dead(vm.paths);
-    for (const std::string& line : console) log_line("guest console: " + line);
+    if (!keep_dir) remove_if_dead(vm.paths);
     if (error.empty()) {
         error = "the VMM process exited without starting the VM";
         if (!vmm_log.empty()) error += ": " + vmm_log.back();
     }
-    throw Error(error);
+    throw StartError(error, vm.paths, std::move(console));
 }
 
 }  // namespace
@@ -161,8 +162,9 @@ StartedVm start_vm(const SandboxSpec& spec, bool attached, int signal_fd) {
         check_spec(spec, image);
     }
     const std::string exe = self_executable();
-    clean_stale_vm_dirs();
-    NewVmDir dir = create_vm_dir();
+    const RunDir run = spec.run_dir.empty() ? default_run_dir()
+                                            : RunDir{std::filesystem::absolute(spec.run_dir).lexically_normal().string()};
+    NewVmDir dir = create_vm_dir(run);
 
     int pipe_fds[2];
     if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
@@ -173,6 +175,8 @@ StartedVm start_vm(const SandboxSpec& spec, bool attached, int signal_fd) {
     // What the VMM runs with: handed to a standby as it is, or as `_vmm` arguments.
     VmmOptions child;
     child.id = dir.paths.id;
+    child.run_dir = run.root;
+    child.keep_dir = spec.keep_dir;
     child.cpus = spec.cpus;
     child.memory_mib = spec.memory_mib;
     child.image = image;
@@ -228,7 +232,8 @@ StartedVm start_vm(const SandboxSpec& spec, bool attached, int signal_fd) {
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
         if (left <= 0) {
             ::kill(pid, SIGTERM);
-            fail_start(vm, fmt::format("the VM did not start within {} s", (spec.boot_timeout.count() + 30000) / 1000),
+            fail_start(vm, spec.keep_dir,
+                       fmt::format("the VM did not start within {} s", (spec.boot_timeout.count() + 30000) / 1000),
                        file_tail(vm.paths.console_log(), 25));
         }
         pollfd fds[2] = {{ready_read.get(), POLLIN, 0}, {signal_fd, POLLIN, 0}};
@@ -240,7 +245,7 @@ StartedVm start_vm(const SandboxSpec& spec, bool attached, int signal_fd) {
             if (::read(signal_fd, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
                 ::kill(pid, SIGTERM);
                 wait_ended(vm);
-                remove_if_dead(vm.paths);
+                if (!spec.keep_dir) remove_if_dead(vm.paths);
                 throw Interrupted{static_cast<int>(info.ssi_signo)};
             }
         }
@@ -248,9 +253,10 @@ StartedVm start_vm(const SandboxSpec& spec, bool attached, int signal_fd) {
             char buf[4096];
             const ssize_t got = ::read(ready_read.get(), buf, sizeof(buf));
             if (got < 0 && errno == EINTR) continue;
-            if (got <= 0) fail_start(vm, error, console);
+            if (got <= 0) fail_start(vm, spec.keep_dir, error, std::move(console));
             buffer.append(buf, static_cast<size_t>(got));
-            if (buffer.size() > (1u << 20)) fail_start(vm, "the VMM's readiness messages are too long", console);
+            if (buffer.size() > (1u << 20))
+                fail_start(vm, spec.keep_dir, "the VMM's readiness messages are too long", std::move(console));
         }
     }
 }
@@ -265,7 +271,6 @@ int reap_vmm(pid_t pid, std::chrono::milliseconds timeout) {
         if (Clock::now() >= deadline) break;
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    log_line(fmt::format("the VMM (pid {}) did not exit in {} ms: killing it", pid, timeout.count()));
     ::kill(pid, SIGKILL);
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }

@@ -1,8 +1,11 @@
-// Starting a sandbox's VMM process (api/vm/vmm_process.hpp) from the CLI: checks
-// what can be checked before forking (shape, kernel, root image, /dev/kvm) so that
-// the common mistakes are one clear line, creates the VM's state directory, forks
-// and re-executes this nanovm binary as the hidden `nanovm _vmm`, and waits until
-// the guest agent answers.
+// Starting a sandbox's VMM process (api/vm/vmm_process.hpp), for the CLI and nanovmd:
+// checks what can be checked before forking (shape, kernel, root image, /dev/kvm) so
+// that the common mistakes are one clear line, creates the VM's state directory in
+// the caller's run directory, forks and re-executes this nanovm binary as the hidden
+// `nanovm _vmm`, and waits until the guest agent answers. A library: it prints
+// nothing, and removes nothing but the directory of a VM that failed to start (and
+// not even that with SandboxSpec::keep_dir); stale directories of other VMs are the
+// caller's (clean_stale_vm_dirs).
 #pragma once
 
 #include <sys/types.h>
@@ -13,11 +16,19 @@
 #include <vector>
 
 #include "api/vm/state_dir.hpp"
+#include "vmm/error.hpp"
 
 namespace nanovm::vm {
 
 /// What a sandbox is started with.
 struct SandboxSpec {
+    /// The run directory (RunDir::root) the VM's directory is made in; empty:
+    /// run_dir() from the environment. Made absolute for the VMM.
+    std::string run_dir;
+    /// The VM's directory is the caller's: the VMM leaves it when the VM ends
+    /// (VmmOptions::keep_dir), and a failed start leaves it too (StartError::paths),
+    /// so vmm.log and console.log can be read; the caller removes it (remove_vm_dir).
+    bool keep_dir = false;
     uint32_t cpus = 2;          ///< 1..4
     uint32_t memory_mib = 1024;  ///< 128..8192
     std::string image;           ///< root disk image; empty: default_root_image()
@@ -34,7 +45,8 @@ struct SandboxSpec {
     /// first); the child goes to the first that takes it (standby_handoff.hpp), else
     /// a new VMM process starts as usual.
     std::vector<std::string> standby_sockets;
-    /// Standbys the new VM keeps for its own forks (VmmOptions::fork_standby).
+    /// Standbys the new VM keeps for its own forks (VmmOptions::fork_standby, 0..4; 0:
+    /// none, as nanovmd's sandboxes).
     uint32_t fork_standby = 1;
 };
 
@@ -48,15 +60,34 @@ struct StartedVm {
     bool from_standby = false;  ///< a fork child that went to a standby (not a child of this process)
 };
 
+/// Why a VM did not start (what() is one line: the VMM's error, or "the VM did not
+/// start within N s", or the end of its vmm.log).
+class StartError : public Error {
+public:
+    StartError(const std::string& message, VmPaths paths, std::vector<std::string> console)
+        : Error(message), paths_(std::move(paths)), console_(std::move(console)) {}
+    /// The VM's directory (removed already, unless SandboxSpec::keep_dir).
+    const VmPaths& paths() const noexcept { return paths_; }
+    /// The guest console's last lines (up to 25), oldest first: a kernel panic's reason.
+    const std::vector<std::string>& console() const noexcept { return console_; }
+
+private:
+    VmPaths paths_;
+    std::vector<std::string> console_;
+};
+
 /// Starts a VMM for a new VM (or hands a fork child to one of the parent's
-/// standbys, see SandboxSpec::standby_sockets) and returns once its agent answers. With `attached`
-/// the VMM gets SIGTERM when this process dies (nanovm run); otherwise it lives on
-/// by itself (nanovm vm start). Either way it runs in its own session, so a Ctrl-C
-/// on this terminal does not reach it. A termination signal that arrives on
-/// `signal_fd` (a signalfd, or -1) meanwhile stops the VMM and throws
-/// Interrupted. Throws Error with one line (a bad shape, no kernel, no image, no
-/// /dev/kvm, or why the VM failed to boot, after printing the guest console's last
-/// lines to stderr).
+/// standbys, see SandboxSpec::standby_sockets) and returns once its agent answers
+/// (within spec.boot_timeout + 30 s). With `attached` the VMM gets SIGTERM when
+/// this process dies (nanovm run); otherwise it lives on by itself (nanovm vm start,
+/// nanovmd: it outlives the caller, and ignores SIGPIPE, so a caller that dies
+/// while it boots does not take it along). Either way it runs in its own session, so
+/// a Ctrl-C on this terminal does not reach it. A termination signal that arrives
+/// on `signal_fd` (a signalfd, or -1) meanwhile stops the VMM and throws
+/// Interrupted. Thread-safe (nanovmd and `vm fork` start several at once). Throws
+/// Error with one line before anything is made (a bad shape, no kernel, no image,
+/// no /dev/kvm, a snapshot that is not complete), StartError once the VMM was
+/// started and failed, SysError (pipe2, fork).
 StartedVm start_vm(const SandboxSpec& spec, bool attached, int signal_fd = -1);
 
 /// A termination signal arrived while waiting.
@@ -65,7 +96,7 @@ struct Interrupted {
 };
 
 /// Waits up to `timeout` for the VMM with `pid` (a child of this process) to exit,
-/// then SIGKILLs it. Returns its wait status.
+/// then SIGKILLs it (silently). Returns its wait status (0 if it is not a child).
 int reap_vmm(pid_t pid, std::chrono::milliseconds timeout);
 
 /// Waits up to `timeout` until no VMM holds the lock of `paths` (polls every 10 ms).

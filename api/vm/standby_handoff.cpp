@@ -83,6 +83,8 @@ void apply_vmm_environment(const VmmEnvironment& env) {
 
 std::string encode_claim(const VmmOptions& o, const VmmEnvironment& env) {
     return json{{"id", o.id},
+                {"run_dir", o.run_dir},
+                {"keep_dir", o.keep_dir},
                 {"cpus", o.cpus},
                 {"memory_mib", o.memory_mib},
                 {"image", o.image},
@@ -108,6 +110,10 @@ DecodedClaim decode_claim(std::string_view text) {
     VmmOptions o;
     o.id = field<std::string>(j, "id");
     if (!is_vm_id(o.id)) throw Error(fmt::format("standby claim: '{}' is not a VM id", o.id));
+    o.run_dir = field<std::string>(j, "run_dir");
+    if (!o.run_dir.empty() && (o.run_dir.front() != '/' || o.run_dir.find('\0') != std::string::npos))
+        throw Error("standby claim: run_dir is not an absolute path");
+    o.keep_dir = field<bool>(j, "keep_dir");
     o.cpus = field<uint32_t>(j, "cpus");
     if (o.cpus < kMinCpus || o.cpus > kMaxCpus) throw Error(fmt::format("standby claim: cpus {}", o.cpus));
     o.memory_mib = field<uint32_t>(j, "memory_mib");

@@ -47,7 +47,8 @@ struct DecodedClaim {
     VmmEnvironment env;
 };
 
-/// The inverse, validating every field's type and range (the id a VM id, cpus
+/// The inverse, validating every field's type and range (the id a VM id, run_dir
+/// empty or absolute, cpus
 /// 1..4, memory 128..8192 MiB, fork_standby 0..kMaxForkStandby, environment names
 /// of the kinds above, values without NUL). Throws Error with one line naming the
 /// field.

@@ -67,9 +67,7 @@ std::string run_dir() {
     return cache_dir() + "/run";
 }
 
-std::string vms_dir() { return run_dir() + "/vms"; }
-
-VmPaths vm_paths(const std::string& id) { return VmPaths{id, vms_dir() + "/" + id}; }
+RunDir default_run_dir() { return RunDir{fs::absolute(run_dir()).lexically_normal().string()}; }
 
 std::string to_json(const VmInfo& info) {
     return json{{"id", info.id},
@@ -135,15 +133,15 @@ VmInfo read_vm_info(const std::string& path) {
     return parse_vm_info(text.str());
 }
 
-NewVmDir create_vm_dir() {
-    const std::string root = vms_dir();
+NewVmDir create_vm_dir(const RunDir& run) {
+    const std::string root = run.vms();
     // The longest socket path: the vsock device's guest-initiated listeners are
     // <vsock.sock>_<port> (up to 10 digits).
     const size_t longest = root.size() + 1 + kVmIdLength + std::string("/vsock.sock_4294967295").size();
     if (longest >= sizeof(sockaddr_un{}.sun_path))
         throw Error(fmt::format("run directory {}: too long for the VM's Unix socket paths (at most {} characters "
                                 "fit); set NANOVM_RUN_DIR to a shorter path",
-                                run_dir(), sizeof(sockaddr_un{}.sun_path) - 1 - (longest - root.size())));
+                                run.root, sizeof(sockaddr_un{}.sun_path) - 1 - (longest - root.size())));
     make_dirs(root, 0700);
     for (int attempt = 0; attempt < 16; ++attempt) {
         const std::string id = new_vm_id();
@@ -156,7 +154,7 @@ NewVmDir create_vm_dir() {
         Fd lock(::open(paths.lock_file().c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
         if (!lock) throw_errno("open " + paths.lock_file());
         if (::flock(lock.get(), LOCK_EX) != 0) throw_errno("flock " + paths.lock_file());
-        const VmPaths final_paths = vm_paths(id);
+        const VmPaths final_paths = run.vm(id);
         if (::rename(hidden.c_str(), final_paths.dir.c_str()) != 0) {
             const int err = errno;
             remove_vm_dir(paths);
@@ -174,22 +172,22 @@ bool vmm_alive(const VmPaths& paths) {
     return !try_lock(fd.get(), LOCK_SH);
 }
 
-std::vector<VmPaths> list_vm_dirs() {
+std::vector<VmPaths> list_vm_dirs(const RunDir& run) {
     std::vector<VmPaths> out;
     std::error_code ec;
-    for (fs::directory_iterator it(vms_dir(), ec), end; !ec && it != end; it.increment(ec)) {
+    for (fs::directory_iterator it(run.vms(), ec), end; !ec && it != end; it.increment(ec)) {
         const std::string name = it->path().filename().string();
-        if (is_vm_id(name) && it->is_directory(ec)) out.push_back(vm_paths(name));
+        if (is_vm_id(name) && it->is_directory(ec)) out.push_back(run.vm(name));
     }
     std::sort(out.begin(), out.end(), [](const VmPaths& a, const VmPaths& b) { return a.id < b.id; });
     return out;
 }
 
-VmPaths find_vm(std::string_view text) {
+VmPaths find_vm(const RunDir& run, std::string_view text) {
     if (!is_vm_id_prefix(text))
         throw Error(fmt::format("{}: not a VM id ({} hex digits, or a unique prefix)", text, kVmIdLength));
     std::vector<VmPaths> matches;
-    for (VmPaths& p : list_vm_dirs()) {
+    for (VmPaths& p : list_vm_dirs(run)) {
         if (p.id.compare(0, text.size(), text) == 0) matches.push_back(std::move(p));
     }
     if (matches.empty()) throw Error(fmt::format("no VM {} (nanovm vm list shows the VMs)", text));
@@ -264,14 +262,12 @@ namespace {
 
 constexpr const char* kForkUsersLock = "users.lock";
 
-std::string forks_dir() { return run_dir() + "/forks"; }
-
 }  // namespace
 
-ForkBase new_fork_base(const std::string& parent_id) {
-    fs::create_directories(forks_dir());
+ForkBase new_fork_base(const RunDir& run, const std::string& parent_id) {
+    fs::create_directories(run.forks());
     ForkBase base;
-    const std::string top = fmt::format("{}/{}-{}", forks_dir(), parent_id, new_vm_id());
+    const std::string top = fmt::format("{}/{}-{}", run.forks(), parent_id, new_vm_id());
     if (::mkdir(top.c_str(), 0700) != 0) throw_errno("mkdir " + top);
     base.dir = top + "/snapshot";
     const std::string lock = top + "/" + kForkUsersLock;
@@ -282,11 +278,11 @@ ForkBase new_fork_base(const std::string& parent_id) {
     return base;
 }
 
-Fd hold_fork_base(const std::string& dir) {
+Fd hold_fork_base(const RunDir& run, const std::string& dir) {
     std::error_code ec;
     const fs::path snapshot = fs::weakly_canonical(dir, ec);
     if (ec || snapshot.filename() != "snapshot") return Fd();
-    const fs::path forks = fs::weakly_canonical(forks_dir(), ec);
+    const fs::path forks = fs::weakly_canonical(run.forks(), ec);
     if (ec || snapshot.parent_path().parent_path() != forks) return Fd();
     const std::string lock = (snapshot.parent_path() / kForkUsersLock).string();
     Fd fd(::open(lock.c_str(), O_RDONLY | O_CLOEXEC));
@@ -298,9 +294,9 @@ Fd hold_fork_base(const std::string& dir) {
     return fd;
 }
 
-void clean_unused_fork_bases() noexcept {
+void clean_unused_fork_bases(const RunDir& run) noexcept {
     std::error_code ec;
-    for (fs::directory_iterator it(forks_dir(), ec), end; !ec && it != end; it.increment(ec)) {
+    for (fs::directory_iterator it(run.forks(), ec), end; !ec && it != end; it.increment(ec)) {
         const std::string lock = (it->path() / kForkUsersLock).string();
         Fd fd(::open(lock.c_str(), O_RDONLY | O_CLOEXEC));
         try {
@@ -313,15 +309,15 @@ void clean_unused_fork_bases() noexcept {
     }
 }
 
-std::vector<std::string> clean_stale_vm_dirs() {
-    clean_unused_fork_bases();
+std::vector<std::string> clean_stale_vm_dirs(const RunDir& run) {
+    clean_unused_fork_bases(run);
     std::vector<std::string> removed;
-    for (const VmPaths& p : list_vm_dirs()) {
+    for (const VmPaths& p : list_vm_dirs(run)) {
         if (remove_if_dead(p)) removed.push_back(p.id);
     }
     std::error_code ec;
     const auto now = fs::file_time_type::clock::now();
-    for (fs::directory_iterator it(vms_dir(), ec), end; !ec && it != end; it.increment(ec)) {
+    for (fs::directory_iterator it(run.vms(), ec), end; !ec && it != end; it.increment(ec)) {
         const std::string name = it->path().filename().string();
         if (name.compare(0, kNewPrefix.size(), kNewPrefix) != 0) continue;
         std::error_code time_ec;

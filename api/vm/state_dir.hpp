@@ -1,6 +1,8 @@
-// Where a running VM keeps its files: one state directory per VM,
+// Where a running VM keeps its files: a run directory, chosen by the caller (the CLI:
+// run_dir(), from the environment; nanovmd: its state directory), holds one state
+// directory per VM and the fork bases,
 //
-//   <run_dir>/vms/<id>/
+//   <run dir>/vms/<id>/
 //     vmm.lock      flock(2)ed by the VMM process for its whole life: "alive" means
 //                   "someone holds this lock" (no pid to go stale or be reused)
 //     vm.json       what the VMM wrote at start (VmInfo: pid, shape, image)
@@ -9,10 +11,13 @@
 //     console.log   the guest's serial console
 //     vmm.log       the VMM process's own messages (its stderr)
 //     disk.ext4     the VM's 16 GiB sparse writable disk (the overlay's upper layer)
+//   <run dir>/forks/<parent id>-<random id>/   a fork base (ForkBase)
 //
-// The VMM removes its directory when it ends; a directory whose lock nobody holds
-// was left by a VMM that died, and is removed by clean_stale_vm_dirs() (nanovm vm
-// start, run and list call it).
+// A VMM whose guest powered off or was stopped removes its directory when it ends,
+// unless its launcher asked it to keep it (VmmOptions::keep_dir: nanovmd removes a
+// sandbox's directory when the sandbox is deleted). A directory whose lock nobody holds
+// was left by a VMM that died; removing it is the caller's decision:
+// clean_stale_vm_dirs() (`nanovm vm start|run|list` call it; nanovmd never does).
 #pragma once
 
 #include <cstdint>
@@ -24,12 +29,9 @@
 
 namespace nanovm::vm {
 
-/// The run directory: $NANOVM_RUN_DIR, else $XDG_RUNTIME_DIR/nanovm, else
+/// The CLI's run directory: $NANOVM_RUN_DIR, else $XDG_RUNTIME_DIR/nanovm, else
 /// <cache_dir()>/run (api/vm/paths.hpp).
 std::string run_dir();
-
-/// <run_dir>/vms: one directory per VM.
-std::string vms_dir();
 
 /// The files of one VM's state directory.
 struct VmPaths {
@@ -45,8 +47,21 @@ struct VmPaths {
     std::string disk() const { return dir + "/disk.ext4"; }
 };
 
-/// The paths of VM `id` under vms_dir() (no check that it exists).
-VmPaths vm_paths(const std::string& id);
+/// A run directory (see the top of this file). `root` should be absolute: a VMM
+/// process is handed it, and runs in another working directory.
+struct RunDir {
+    std::string root;
+
+    /// <root>/vms: one directory per VM.
+    std::string vms() const { return root + "/vms"; }
+    /// <root>/forks: the fork bases.
+    std::string forks() const { return root + "/forks"; }
+    /// The paths of VM `id` under vms() (no check that it exists).
+    VmPaths vm(const std::string& id) const { return VmPaths{id, vms() + "/" + id}; }
+};
+
+/// RunDir{run_dir()}, made absolute.
+RunDir default_run_dir();
 
 /// What the VMM records about itself in vm.json when it starts.
 struct VmInfo {
@@ -75,23 +90,24 @@ struct NewVmDir {
     Fd lock;  ///< holds vmm.lock (flock LOCK_EX); the VMM process inherits it
 };
 
-/// Creates <vms_dir>/<fresh id>/ (mode 0700, parents as needed) with its lock held:
+/// Creates <run.vms()>/<fresh id>/ (mode 0700, parents as needed) with its lock held:
 /// made as a hidden ".new-<id>" directory, locked, then renamed into place, so no
 /// other nanovm ever sees it unlocked. Throws Error when the run directory cannot be
-/// made or its socket paths would not fit a sockaddr_un (set NANOVM_RUN_DIR shorter).
-NewVmDir create_vm_dir();
+/// made or its socket paths would not fit a sockaddr_un (108 bytes: "run directory
+/// R: too long ... (at most N characters fit); set NANOVM_RUN_DIR to a shorter path").
+NewVmDir create_vm_dir(const RunDir& run);
 
 /// True while a VMM holds the VM's lock. False when the lock file is missing.
 bool vmm_alive(const VmPaths& paths);
 
-/// The VM directories under vms_dir(), sorted by id (names that are not ids are
+/// The VM directories under run.vms(), sorted by id (names that are not ids are
 /// skipped). Empty when there is no run directory yet.
-std::vector<VmPaths> list_vm_dirs();
+std::vector<VmPaths> list_vm_dirs(const RunDir& run);
 
 /// Resolves what a user typed: a full id or a unique prefix of one. Throws Error
 /// with one line: "NOT-AN-ID: not a VM id (12 hex digits, or a unique prefix)",
 /// "no VM abc (nanovm vm list shows the VMs)", "ab: ambiguous: ab12..., ab34...".
-VmPaths find_vm(std::string_view text);
+VmPaths find_vm(const RunDir& run, std::string_view text);
 
 /// Removes a VM directory and everything in it. Never throws.
 void remove_vm_dir(const VmPaths& paths) noexcept;
@@ -114,11 +130,13 @@ bool remove_if_dead(const VmPaths& paths);
 /// after its VMM ends, for a post-mortem, until `vm start|run|list` clean up.
 bool keep_state_requested() noexcept;
 
-/// Removes every dead VM's directory and hidden ".new-*" leftovers older than 10
-/// minutes (a nanovm killed while creating one). Returns the ids removed.
-std::vector<std::string> clean_stale_vm_dirs();
+/// Removes every dead VM's directory under `run`, hidden ".new-*" leftovers older
+/// than 10 minutes (a nanovm killed while creating one) and the fork bases nobody
+/// holds (clean_unused_fork_bases). Returns the ids removed. Only when the caller
+/// decides: nothing in the VM layer calls it.
+std::vector<std::string> clean_stale_vm_dirs(const RunDir& run);
 
-/// A fork's shared snapshot (nanovm vm fork): <run_dir>/forks/<parent id>-<random id>/
+/// A fork's shared snapshot (nanovm vm fork): <run.forks()>/<parent id>-<random id>/
 /// holds `users.lock` and the snapshot directory `snapshot/`. Every VMM whose disks
 /// or memory come from it holds a shared flock on users.lock for its life
 /// (hold_fork_base); the whole base is removed by clean_unused_fork_bases once nobody
@@ -130,14 +148,16 @@ struct ForkBase {
 
 /// Creates a new, empty fork base directory (0700) and its users.lock, held shared.
 /// Throws SysError naming the path.
-ForkBase new_fork_base(const std::string& parent_id);
+ForkBase new_fork_base(const RunDir& run, const std::string& parent_id);
 
-/// If `dir` is a fork's snapshot directory (<run_dir>/forks/<name>/snapshot), takes a
+/// If `dir` is a fork's snapshot directory (<run.forks()>/<name>/snapshot), takes a
 /// shared flock on its base's users.lock and returns the fd to keep open; else an
 /// invalid Fd. Throws SysError.
-Fd hold_fork_base(const std::string& dir);
+Fd hold_fork_base(const RunDir& run, const std::string& dir);
 
-/// Removes every fork base that no process holds. Never throws.
-void clean_unused_fork_bases() noexcept;
+/// Removes every fork base under `run` that no process holds. Never throws. (A
+/// caller whose snapshots name files of a fork base, as nanovmd's do, keeps its own
+/// count instead of calling this.)
+void clean_unused_fork_bases(const RunDir& run) noexcept;
 
 }  // namespace nanovm::vm

@@ -13,6 +13,14 @@ namespace nanovm::vm {
 /// What `nanovm _vmm` is started with.
 struct VmmOptions {
     std::string id;                 ///< the VM's id; its state directory exists
+    /// The run directory holding that state directory (RunDir::root, absolute; empty:
+    /// run_dir() from the environment).
+    std::string run_dir;
+    /// Leave the state directory (vmm.log, console.log, disk.ext4) when the VM ends,
+    /// whatever the reason: the launcher's caller removes it (nanovmd, when the
+    /// sandbox is deleted). Otherwise a guest that powered off or was stopped leaves
+    /// nothing behind (unless NANOVM_KEEP_STATE=1).
+    bool keep_dir = false;
     int lock_fd = -1;               ///< vmm.lock, flock'ed: held until the process exits
     int ready_fd = -1;              ///< the readiness pipe's write end (-1: none)
     uint32_t cpus = 2;

@@ -685,7 +685,8 @@ std::vector<Fd> open_fork_memory_if(const std::string& spec) {
 int serve(const VmmOptions& requested, ReadyPipe& pipe, std::unique_ptr<Machine> standby) {
     if (!is_vm_id(requested.id)) throw Error(fmt::format("{}: not a VM id", requested.id));
     VmmOptions options = requested;
-    const VmPaths paths = vm_paths(options.id);
+    const RunDir run = vmm_run_dir(options);
+    const VmPaths paths = run.vm(options.id);
     const bool restore = !options.restore_dir.empty();
     Fd console(::open(paths.console_log().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
     if (!console) throw_errno("open " + paths.console_log());
@@ -737,7 +738,7 @@ int serve(const VmmOptions& requested, ReadyPipe& pipe, std::unique_ptr<Machine>
     for (const std::string& file : vm->disk_files())
         chain_dirs.insert(std::filesystem::path(file).parent_path().string());
     for (const std::string& d : chain_dirs) {
-        if (Fd held = hold_fork_base(d)) fork_bases.push_back(std::move(held));
+        if (Fd held = hold_fork_base(run, d)) fork_bases.push_back(std::move(held));
     }
     write_vm_info(paths.info_file(),
                   VmInfo{options.id, ::getpid(), options.cpus, options.memory_mib,
@@ -783,9 +784,17 @@ int serve(const VmmOptions& requested, ReadyPipe& pipe, std::unique_ptr<Machine>
 
 }  // namespace
 
+RunDir vmm_run_dir(const VmmOptions& options) {
+    return options.run_dir.empty() ? default_run_dir() : RunDir{options.run_dir};
+}
+
 int run_vmm(const VmmOptions& options) { return run_vmm(options, nullptr); }
 
 int run_vmm(const VmmOptions& options, std::unique_ptr<Machine> standby) {
+    // A VMM outlives whoever started it (nanovmd restarts; `vm start` returns): a
+    // write to a pipe or socket whose reader is gone (the readiness pipe, before
+    // serve() blocks the termination signals) must be an EPIPE, never a death.
+    ::signal(SIGPIPE, SIG_IGN);
     // The launcher made these two inheritable to pass them here; no process this VMM
     // starts (mkfs.ext4, fork standbys) may hold the VM's lock or readiness pipe.
     for (const int fd : {options.lock_fd, options.ready_fd})
@@ -796,13 +805,15 @@ int run_vmm(const VmmOptions& options, std::unique_ptr<Machine> standby) {
         status = serve(options, pipe, std::move(standby));
     } catch (const std::exception& e) {
         log_line(e.what());
-        pipe.error(e.what(), vm_paths(options.id).console_log());
+        if (is_vm_id(options.id)) pipe.error(e.what(), vmm_run_dir(options).vm(options.id).console_log());
+        else pipe.error(e.what(), "");
     }
     // A guest that powered off or was stopped leaves nothing behind. One that crashed,
     // or a VMM that failed, leaves its directory (console.log, vmm.log): stale from now
     // on, so the next `vm exec|stop|status` says why it ended and removes it, and
     // `vm list|start|run` remove it. NANOVM_KEEP_STATE=1 keeps it in every case.
-    if (is_vm_id(options.id) && status == 0 && !keep_state_requested()) remove_vm_dir(vm_paths(options.id));
+    if (is_vm_id(options.id) && status == 0 && !options.keep_dir && !keep_state_requested())
+        remove_vm_dir(vmm_run_dir(options).vm(options.id));
     return status;
 }
 

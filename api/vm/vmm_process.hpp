@@ -3,7 +3,8 @@
 // kernel with the root image read-only and shared, a fresh 16 GiB writable disk as
 // the overlay's upper layer (guest-init: nanovm.overlay=/dev/vdb), virtio-vsock with
 // the agent (nanovm.agent) and virtio-rng; serves the control socket; and removes the
-// VM's state directory when the guest ends.
+// VM's state directory when the guest ends (unless VmmOptions::keep_dir). SIGPIPE is
+// ignored from its first instruction: it never dies because its launcher did.
 //
 // Readiness: the launcher gives it the write end of a pipe. Once the guest agent
 // answers a PING the VMM writes "ready\n"; if the VM fails first it writes
@@ -41,6 +42,7 @@
 
 #include <memory>
 
+#include "api/vm/state_dir.hpp"
 #include "api/vm/vmm_options.hpp"
 #include "vmm/machine.hpp"
 
@@ -50,6 +52,9 @@ namespace nanovm::vm {
 /// The guest kernel parameters a sandbox boots with (besides the device ones): the
 /// agent on its default port and the overlay root on the second disk.
 inline constexpr const char* kSandboxParams = "nanovm.agent nanovm.overlay=/dev/vdb";
+
+/// The run directory `options` names (VmmOptions::run_dir, else default_run_dir()).
+RunDir vmm_run_dir(const VmmOptions& options);
 
 /// Runs the VM until the guest ends. Returns the process exit status: 0 when the
 /// guest powered off or was stopped on request, 1 otherwise (the reason is in

@@ -23,5 +23,18 @@ expect "an unknown vm command is named, with the list of vm commands" 2 \
   "^nanovm: unknown command 'frob'; the vm commands are start, .*, fork \(nanovm vm --help\)$" vm frob
 expect "a memory size out of range names the option" 2 "memory" boot --memory 1 --kernel /nonexistent
 expect "vm exec of an unknown VM: status 125 (exec keeps 0-124 for the command)" 125 "." vm exec nosuchvm -- true
+# A VMM never dies because its launcher did: one whose readiness pipe has lost its
+# reader (the launcher, nanovmd, gone) and that fails (here: a bad id) gets EPIPE on
+# its error line and exits 1, not 141 (SIGPIPE).
+status_file=$(mktemp)
+{ sleep 0.3; "$nanovm" _vmm --id not-an-id --lock-fd -1 --ready-fd 1 2>/dev/null; echo $? >"$status_file"; } | true
+n=$((n + 1))
+if [ "$(cat "$status_file")" = 1 ]; then
+  echo "ok $n - a VMM whose readiness pipe has no reader exits 1, not of SIGPIPE"
+else
+  failed=$((failed + 1))
+  echo "not ok $n - a VMM whose readiness pipe has no reader: exit $(cat "$status_file") (141: SIGPIPE)"
+fi
+rm -f "$status_file"
 echo "1..$n"
 [ "$failed" = 0 ]

@@ -38,6 +38,8 @@ VmmOptions fork_child() {
     o.fork_memory = "100:7:4242,100:8:4243";
     o.fork_delta = "100:9:4244";
     o.fork_standby = 3;
+    o.run_dir = "/srv/nanovm state";
+    o.keep_dir = true;
     return o;
 }
 
@@ -70,6 +72,8 @@ TEST_CASE("a standby claim's options and environment round-trip through JSON", "
     CHECK(decoded.env == env);
     const VmmOptions& back = decoded.options;
     CHECK(back.id == o.id);
+    CHECK(back.run_dir == "/srv/nanovm state");
+    CHECK(back.keep_dir);
     CHECK(back.cpus == 2);
     CHECK(back.memory_mib == 1024);
     CHECK(back.disks == o.disks);
@@ -94,6 +98,8 @@ TEST_CASE("a malformed standby claim is refused naming the field", "[api][vm][st
     CHECK_THROWS_WITH(decode_vmm_options("[1]"), Catch::Contains("not a JSON object"));
     CHECK_THROWS_WITH(decode_vmm_options("{}"), Catch::Contains("no 'id'"));
     CHECK_THROWS_WITH(decode_vmm_options(with("id", "../../etc")), Catch::Contains("not a VM id"));
+    CHECK_THROWS_WITH(decode_vmm_options(with("run_dir", "relative/dir")), Catch::Contains("not an absolute path"));
+    CHECK_THROWS_WITH(decode_vmm_options(with("keep_dir", 1)), Catch::Contains("'keep_dir' has the wrong type"));
     CHECK_THROWS_WITH(decode_vmm_options(with("cpus", 9)), Catch::Contains("cpus 9"));
     CHECK_THROWS_WITH(decode_vmm_options(with("cpus", "two")), Catch::Contains("'cpus' has the wrong type"));
     CHECK_THROWS_WITH(decode_vmm_options(with("memory_mib", 64)), Catch::Contains("memory_mib 64"));

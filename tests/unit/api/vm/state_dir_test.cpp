@@ -1,4 +1,4 @@
-// VM state directories (api/vm/state_dir.hpp) under a private NANOVM_RUN_DIR.
+// VM state directories (api/vm/state_dir.hpp) under a private run directory.
 #include <catch2/catch.hpp>
 
 #include <signal.h>
@@ -20,11 +20,10 @@ using namespace nanovm::vm;
 
 namespace {
 
-// Points NANOVM_RUN_DIR at a fresh temporary directory for one test.
-struct RunDir {
+// A fresh temporary run directory for one test, as a caller (nanovmd) chooses one.
+struct TestRun {
     test::TempDir dir{"rundir"};
-    RunDir() { ::setenv("NANOVM_RUN_DIR", dir.path().c_str(), 1); }
-    ~RunDir() { ::unsetenv("NANOVM_RUN_DIR"); }
+    RunDir run{dir.path()};
 };
 
 bool exists(const std::string& path) { return std::filesystem::exists(path); }
@@ -34,8 +33,11 @@ bool exists(const std::string& path) { return std::filesystem::exists(path); }
 TEST_CASE("the run directory: NANOVM_RUN_DIR, else XDG_RUNTIME_DIR/nanovm, else the cache", "[api][vm][state]") {
     ::setenv("NANOVM_RUN_DIR", "/somewhere", 1);
     CHECK(run_dir() == "/somewhere");
-    CHECK(vms_dir() == "/somewhere/vms");
-    CHECK(vm_paths("0123456789ab").control_socket() == "/somewhere/vms/0123456789ab/control.sock");
+    CHECK(default_run_dir().vms() == "/somewhere/vms");
+    CHECK(default_run_dir().forks() == "/somewhere/forks");
+    CHECK(default_run_dir().vm("0123456789ab").control_socket() == "/somewhere/vms/0123456789ab/control.sock");
+    ::setenv("NANOVM_RUN_DIR", "relative/run", 1);
+    CHECK(default_run_dir().root == (std::filesystem::current_path() / "relative/run").string());
     ::unsetenv("NANOVM_RUN_DIR");
     const char* xdg = ::getenv("XDG_RUNTIME_DIR");
     const std::string saved = xdg ? xdg : "";
@@ -48,27 +50,29 @@ TEST_CASE("the run directory: NANOVM_RUN_DIR, else XDG_RUNTIME_DIR/nanovm, else 
 }
 
 TEST_CASE("a new VM directory is private, locked while its holder lives, and removed once not", "[api][vm][state]") {
-    RunDir run;
-    NewVmDir made = create_vm_dir();
+    TestRun test_run;
+    const RunDir& run = test_run.run;
+    NewVmDir made = create_vm_dir(run);
     CHECK(is_vm_id(made.paths.id));
-    CHECK(made.paths.dir == vms_dir() + "/" + made.paths.id);
+    CHECK(made.paths.dir == run.vms() + "/" + made.paths.id);
     struct stat st {};
     REQUIRE(::stat(made.paths.dir.c_str(), &st) == 0);
     CHECK((st.st_mode & 0777) == 0700);
     CHECK(vmm_alive(made.paths));
-    CHECK(clean_stale_vm_dirs().empty());
+    CHECK(clean_stale_vm_dirs(run).empty());
     CHECK_FALSE(remove_if_dead(made.paths));
     CHECK(exists(made.paths.dir));
 
     made.lock.reset();  // the VMM died
     CHECK_FALSE(vmm_alive(made.paths));
-    CHECK(clean_stale_vm_dirs() == std::vector<std::string>{made.paths.id});
+    CHECK(clean_stale_vm_dirs(run) == std::vector<std::string>{made.paths.id});
     CHECK_FALSE(exists(made.paths.dir));
 }
 
 TEST_CASE("vmm_log_tail gives the last lines of a dead VM's log, whole lines only", "[api][vm][state]") {
-    RunDir run;
-    NewVmDir made = create_vm_dir();
+    TestRun test_run;
+    const RunDir& run = test_run.run;
+    NewVmDir made = create_vm_dir(run);
     CHECK(vmm_log_tail(made.paths).empty());  // no log yet
     {
         std::ofstream log(made.paths.vmm_log());
@@ -97,8 +101,9 @@ TEST_CASE("NANOVM_KEEP_STATE=1, and only that value, asks to keep a dead VM's di
 }
 
 TEST_CASE("a lock inherited across fork keeps the VM alive after the creator lets go", "[api][vm][state]") {
-    RunDir run;
-    NewVmDir made = create_vm_dir();
+    TestRun test_run;
+    const RunDir& run = test_run.run;
+    NewVmDir made = create_vm_dir(run);
     const pid_t child = ::fork();
     if (child == 0) {
         ::sleep(30);  // holds the inherited lock until killed
@@ -113,29 +118,30 @@ TEST_CASE("a lock inherited across fork keeps the VM alive after the creator let
 }
 
 TEST_CASE("find_vm takes a full id or a unique prefix and says what is wrong otherwise", "[api][vm][state]") {
-    RunDir run;
-    std::filesystem::create_directories(vms_dir() + "/abc000000001");
-    std::filesystem::create_directories(vms_dir() + "/abc000000002");
-    std::filesystem::create_directories(vms_dir() + "/def000000003");
-    std::filesystem::create_directories(vms_dir() + "/not-an-id");
-    CHECK(list_vm_dirs().size() == 3);
-    CHECK(find_vm("abc000000001").id == "abc000000001");
-    CHECK(find_vm("d").id == "def000000003");
-    CHECK_THROWS_WITH(find_vm("abc"), Catch::Contains("ambiguous") && Catch::Contains("abc000000002"));
-    CHECK_THROWS_WITH(find_vm("0"), "no VM 0 (nanovm vm list shows the VMs)");
-    CHECK_THROWS_WITH(find_vm("../x"), Catch::Contains("not a VM id"));
-    CHECK_THROWS_WITH(find_vm(""), Catch::Contains("not a VM id"));
+    TestRun test_run;
+    const RunDir& run = test_run.run;
+    std::filesystem::create_directories(run.vms() + "/abc000000001");
+    std::filesystem::create_directories(run.vms() + "/abc000000002");
+    std::filesystem::create_directories(run.vms() + "/def000000003");
+    std::filesystem::create_directories(run.vms() + "/not-an-id");
+    CHECK(list_vm_dirs(run).size() == 3);
+    CHECK(find_vm(run, "abc000000001").id == "abc000000001");
+    CHECK(find_vm(run, "d").id == "def000000003");
+    CHECK_THROWS_WITH(find_vm(run, "abc"), Catch::Contains("ambiguous") && Catch::Contains("abc000000002"));
+    CHECK_THROWS_WITH(find_vm(run, "0"), "no VM 0 (nanovm vm list shows the VMs)");
+    CHECK_THROWS_WITH(find_vm(run, "../x"), Catch::Contains("not a VM id"));
+    CHECK_THROWS_WITH(find_vm(run, ""), Catch::Contains("not a VM id"));
     // Directories without a lock file have no VMM: cleaned.
-    CHECK(clean_stale_vm_dirs().size() == 3);
-    CHECK(list_vm_dirs().empty());
+    CHECK(clean_stale_vm_dirs(run).size() == 3);
+    CHECK(list_vm_dirs(run).empty());
 }
 
 TEST_CASE("vm.json round-trips and malformed ones are one-line errors", "[api][vm][state]") {
-    RunDir run;
+    TestRun test_run;
     const VmInfo info{"0123456789ab", 4242, 2, 1024, 1700000000000, "/images/root.ext4"};
     CHECK(parse_vm_info(to_json(info)) == info);
-    std::filesystem::create_directories(run.dir.path());
-    const std::string path = run.dir.file("vm.json");
+    std::filesystem::create_directories(test_run.dir.path());
+    const std::string path = test_run.dir.file("vm.json");
     write_vm_info(path, info);
     CHECK(read_vm_info(path) == info);
     CHECK_THROWS_WITH(parse_vm_info("{"), "vm.json: not JSON");
@@ -145,34 +151,34 @@ TEST_CASE("vm.json round-trips and malformed ones are one-line errors", "[api][v
                       Catch::Contains("\"pid\" has the wrong type"));
     CHECK_THROWS_WITH(parse_vm_info(R"({"id":"../x","pid":1,"cpus":1,"memory_mib":1,"created_unix_ms":0,"image":""})"),
                       Catch::Contains("not a VM id"));
-    CHECK_THROWS_AS(read_vm_info(run.dir.file("missing.json")), SysError);
+    CHECK_THROWS_AS(read_vm_info(test_run.dir.file("missing.json")), SysError);
 }
 
 TEST_CASE("a run directory too long for Unix socket paths is refused with advice", "[api][vm][state]") {
-    RunDir run;
-    const std::string long_dir = run.dir.path() + "/" + std::string(100, 'd');
-    ::setenv("NANOVM_RUN_DIR", long_dir.c_str(), 1);
-    CHECK_THROWS_WITH(create_vm_dir(), Catch::Contains("too long") && Catch::Contains("NANOVM_RUN_DIR"));
+    TestRun test_run;
+    const std::string long_dir = test_run.dir.path() + "/" + std::string(100, 'd');
+    CHECK_THROWS_WITH(create_vm_dir(RunDir{long_dir}), Catch::Contains("too long") && Catch::Contains("NANOVM_RUN_DIR"));
     CHECK_FALSE(exists(long_dir));
 }
 
 TEST_CASE("fork bases: held while any VM uses them, removed once none does", "[api][vm][state]") {
     namespace fs = std::filesystem;
-    RunDir run;
-    ForkBase base = new_fork_base("0123456789ab");
+    TestRun test_run;
+    const RunDir& run = test_run.run;
+    ForkBase base = new_fork_base(run, "0123456789ab");
     CHECK(fs::path(base.dir).filename() == "snapshot");
-    CHECK(fs::path(base.dir).parent_path().parent_path() == fs::path(run_dir()) / "forks");
+    CHECK(fs::path(base.dir).parent_path().parent_path() == fs::path(run.forks()));
     fs::create_directories(base.dir);  // the snapshot command makes it
-    Fd child = hold_fork_base(base.dir);
+    Fd child = hold_fork_base(run, base.dir);
     CHECK(child.valid());
-    CHECK_FALSE(hold_fork_base(run_dir()).valid());           // not a fork base
-    CHECK_FALSE(hold_fork_base(base.dir + "/../x").valid());  // not its snapshot dir
-    clean_unused_fork_bases();
+    CHECK_FALSE(hold_fork_base(run, run.root).valid());           // not a fork base
+    CHECK_FALSE(hold_fork_base(run, base.dir + "/../x").valid());  // not its snapshot dir
+    clean_unused_fork_bases(run);
     CHECK(fs::exists(base.dir));  // the creator and a child hold it
     base.lock.reset();
-    clean_unused_fork_bases();
+    clean_unused_fork_bases(run);
     CHECK(fs::exists(base.dir));  // the child still does
     child.reset();
-    clean_unused_fork_bases();
+    clean_unused_fork_bases(run);
     CHECK_FALSE(fs::exists(fs::path(base.dir).parent_path()));
 }

@@ -9,7 +9,7 @@
 
 #include "api/agent_client/agent_client.hpp"
 
-namespace nanovm::vm {
+namespace nanovm {
 
 /// Exit statuses of `nanovm run` and `nanovm vm exec` besides the command's own
 /// (docker run's convention for the same situations).
@@ -47,4 +47,4 @@ int exec_streaming(agent::AgentClient& client, agent::Command command, const Str
 /// kExecNotFound, anything else kExecCannotRun.
 int exit_status_for_start_error(const agent::AgentError& error);
 
-}  // namespace nanovm::vm
+}  // namespace nanovm

@@ -1,5 +1,5 @@
 // Streaming one command from the CLI (see exec_stream.hpp).
-#include "api/vm/exec_stream.hpp"
+#include "api/cli/exec_stream.hpp"
 
 #include <poll.h>
 #include <signal.h>
@@ -13,7 +13,7 @@
 
 #include "vmm/log.hpp"
 
-namespace nanovm::vm {
+namespace nanovm {
 
 namespace {
 
@@ -115,4 +115,4 @@ int stream_request(agent::AgentClient& client, const StartRequest& start, bool f
     return result.status.shell_code();
 }
 
-}  // namespace nanovm::vm
+}  // namespace nanovm
