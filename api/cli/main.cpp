@@ -5,8 +5,11 @@
 #include <exception>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "api/cli/boot_command.hpp"
+#include "api/daemon/daemon.hpp"
+#include "api/daemon/daemon_options.hpp"
 #include "api/cli/doctor_command.hpp"
 #include "api/cli/exec_stream.hpp"
 #include "api/cli/exit_status.hpp"
@@ -17,6 +20,16 @@
 
 int main(int argc, char** argv) {
     using namespace nanovm;
+    // build/nanovmd (a link to this binary) is `nanovm daemon`.
+    std::vector<char*> daemon_argv;
+    if (argc > 0 && (std::string_view(argv[0]) == "nanovmd" || std::string_view(argv[0]).ends_with("/nanovmd"))) {
+        static char daemon_word[] = "daemon";
+        daemon_argv.assign(argv, argv + argc);
+        daemon_argv.insert(daemon_argv.begin() + 1, daemon_word);
+        argc = static_cast<int>(daemon_argv.size());
+        daemon_argv.push_back(nullptr);
+        argv = daemon_argv.data();
+    }
     try {
         CLI::App app{"nanovm: a VMM and sandbox service on /dev/kvm"};
         app.require_subcommand(1);
@@ -80,6 +93,9 @@ int main(int argc, char** argv) {
         CLI::App* doctor = app.add_subcommand("doctor", "Report what this host offers nanovm and what is built");
         doctor->add_flag("--json", doctor_json, "One JSON object instead of a table");
 
+        daemon::DaemonOptions daemon_options;
+        CLI::App* daemon_cmd = daemon::add_daemon_command(app, daemon_options);
+
         RunOptions run_options;
         CLI::App* run = add_run_command(app, run_options);
         VmCommandOptions vm_options;
@@ -115,6 +131,7 @@ int main(int argc, char** argv) {
             return exec_like ? kExecNanovmError : exit_status::kUsage;
         }
         if (*run) return run_run(run_options);
+        if (*daemon_cmd) return daemon::run_daemon(daemon_options);
         if (*vm_commands.vm || *vm_commands.vmm || *vm_commands.standby) return run_vm_command(vm_commands, vm_options);
         if (*boot) {
             try {

@@ -1,0 +1,65 @@
+// The error catalogue (api_error.hpp).
+#include "api/daemon/api_error.hpp"
+
+#include <array>
+
+#include <nlohmann/json.hpp>
+
+namespace nanovm::daemon {
+
+namespace {
+
+constexpr std::array kCatalogue{
+    ErrorKind{"bad_request", 400, "The HTTP request is malformed (syntax, a bad percent escape)."},
+    ErrorKind{"bad_json", 400, "The body is not valid JSON, or not a JSON object."},
+    ErrorKind{"invalid_field", 400, "A field or query parameter is missing or has the wrong type."},
+    ErrorKind{"unknown_field", 400, "The body has a field this request does not take."},
+    ErrorKind{"invalid_path", 400,
+              "A guest path is not absolute, contains a NUL byte or a `..` component, or is longer than 4096 bytes."},
+    ErrorKind{"unauthorized", 401, "Over TCP: no `Authorization: Bearer <token>` header, or the wrong token."},
+    ErrorKind{"permission_denied", 403, "The guest refused access to a path (EACCES, EPERM)."},
+    ErrorKind{"no_route", 404, "No endpoint has this path."},
+    ErrorKind{"sandbox_not_found", 404, "No sandbox has this id (or the id is not a UUID)."},
+    ErrorKind{"snapshot_not_found", 404, "No snapshot has this id (or the id is not a UUID)."},
+    ErrorKind{"path_not_found", 404, "The guest path does not exist (ENOENT, ENOTDIR)."},
+    ErrorKind{"method_not_allowed", 405, "The path exists but not with this method."},
+    ErrorKind{"wrong_state", 409, "The sandbox or snapshot is not in a state that allows this operation."},
+    ErrorKind{"sandbox_paused", 409, "The sandbox is paused: resume it first."},
+    ErrorKind{"path_conflict", 409, "The guest path exists, is a directory, or is not empty (EEXIST, EISDIR...)."},
+    ErrorKind{"body_too_large", 413, "The request body is larger than this endpoint takes."},
+    ErrorKind{"file_too_large", 413, "A file to write or read is larger than the daemon's file size limit."},
+    ErrorKind{"out_of_range", 422, "A value is outside its allowed range (cpus, memory_mb, timeouts, n)."},
+    ErrorKind{"invalid_value", 422, "A value has the right type but is not acceptable (an unknown image name)."},
+    ErrorKind{"shape_mismatch", 422, "A restore asked for a shape (cpus, memory_mb) other than the snapshot's."},
+    ErrorKind{"header_too_large", 431, "The request's header block is larger than 16 KiB."},
+    ErrorKind{"internal", 500, "A bug in the daemon; the message says where."},
+    ErrorKind{"vm_error", 502, "The sandbox's VM or guest agent failed; the message says why."},
+    ErrorKind{"over_capacity", 503,
+              "Over a cap: running sandboxes, or host memory committed to running and sleeping sandboxes."},
+    ErrorKind{"busy", 503, "The daemon has too many requests queued; try again."},
+    ErrorKind{"disk_full", 507, "The state file system (or the guest's disk) is full."},
+};
+
+}  // namespace
+
+std::span<const ErrorKind> error_catalogue() { return kCatalogue; }
+
+const ErrorKind& error_kind(std::string_view code) {
+    for (const ErrorKind& k : kCatalogue)
+        if (k.code == code) return k;
+    throw std::logic_error("error code not in the catalogue: " + std::string(code));
+}
+
+ApiError::ApiError(std::string_view code, const std::string& message)
+    : std::runtime_error(message), code_(code), status_(error_kind(code).status) {}
+
+http::Response error_response(std::string_view code, const std::string& message) {
+    const ErrorKind& kind = error_kind(code);
+    http::Response r = json_response(kind.status, nlohmann::json{{"error", {{"code", kind.code}, {"message", message}}}});
+    r.error_code = std::string(kind.code);
+    return r;
+}
+
+http::Response error_response(const ApiError& error) { return error_response(error.code(), error.what()); }
+
+}  // namespace nanovm::daemon

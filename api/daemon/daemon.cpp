@@ -1,0 +1,166 @@
+// The daemon's wiring (daemon.hpp): state directory, store, manager, routes, server.
+#include "api/daemon/daemon.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "api/daemon/auth.hpp"
+#include "api/daemon/daemon_options.hpp"
+#include "api/daemon/http/server.hpp"
+#include "api/daemon/metrics.hpp"
+#include "api/daemon/router.hpp"
+#include "api/daemon/routes/routes.hpp"
+#include "api/daemon/worker_pool.hpp"
+#include "vmm/error.hpp"
+#include "vmm/fd.hpp"
+#include "vmm/log.hpp"
+
+namespace nanovm::daemon {
+
+namespace {
+
+// The state directory, made 0700 if missing.
+void make_state_dir(const std::string& dir) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) throw Error(fmt::format("state directory {}: {}", dir, ec.message()));
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) != 0) throw_errno("stat " + dir);
+    if (!S_ISDIR(st.st_mode)) throw Error(fmt::format("state directory {}: not a directory", dir));
+    if (st.st_uid == ::geteuid() && (st.st_mode & 077) != 0 && ::chmod(dir.c_str(), 0700) != 0)
+        throw_errno("chmod " + dir);
+}
+
+// Holds <state>/nanovmd.lock for the daemon's life: one daemon per state directory.
+Fd lock_state_dir(const std::string& dir) {
+    const std::string path = dir + "/nanovmd.lock";
+    Fd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+    if (!fd) throw_errno("open " + path);
+    if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+        if (errno == EWOULDBLOCK)
+            throw Error(fmt::format("another nanovmd serves {} (it holds {})", dir, path));
+        throw_errno("flock " + path);
+    }
+    return fd;
+}
+
+}  // namespace
+
+CLI::App* add_daemon_command(CLI::App& app, DaemonOptions& o) {
+    CLI::App* cmd = app.add_subcommand("daemon", "Serve the sandbox API (nanovmd) on a Unix socket (and loopback TCP)");
+    cmd->add_option("--state-dir", o.state_dir,
+                    "Store, sandboxes and snapshots [default: $NANOVM_STATE_DIR, /var/lib/nanovm for root, else "
+                    "${XDG_DATA_HOME:-~/.local/share}/nanovm]; the API socket is DIR/nanovmd.sock")
+        ->type_name("DIR");
+    cmd->add_option("--listen", o.listen,
+                    "Also serve on loopback TCP (127.0.0.1:PORT; port 0: any): every request needs "
+                    "'Authorization: Bearer TOKEN', TOKEN from DIR/token")
+        ->type_name("HOST:PORT");
+    cmd->add_option("--default-timeout", o.default_timeout_s,
+                    "Seconds a sandbox created without timeout_s lives (0: until deleted)")
+        ->type_name("S")
+        ->check(CLI::Range(int64_t{0}, int64_t{7} * 86400).description(""))
+        ->capture_default_str();
+    cmd->add_option("--max-sandboxes", o.max_running, "Running, paused and sleeping sandboxes at most")
+        ->type_name("N")
+        ->check(CLI::Range(1u, 4096u).description(""))
+        ->capture_default_str();
+    cmd->add_option("--max-memory", o.max_memory_mb,
+                    "MiB of guest memory committed to running, paused and sleeping sandboxes at most [default: 90% "
+                    "of the host's memory]")
+        ->type_name("MiB");
+    cmd->add_option("--max-file-size", o.max_file_bytes, "Bytes of a file written or read through the API at most")
+        ->type_name("BYTES")
+        ->capture_default_str();
+    return cmd;
+}
+
+int run_daemon(const DaemonOptions& given) {
+    DaemonOptions options = given;
+    std::string tcp_host;
+    uint16_t tcp_port = 0;
+    try {
+        options.state_dir = resolve_state_dir(given);
+        check_socket_paths(options.state_dir);
+        if (!options.listen.empty()) parse_listen(options.listen, tcp_host, tcp_port);
+    } catch (const Error& e) {
+        log_line(e.what());
+        return 2;
+    }
+    try {
+        const std::string& state = options.state_dir;
+        make_state_dir(state);
+        const Fd lock = lock_state_dir(state);
+        const std::string sock = socket_path(state);
+        ::unlink(sock.c_str());  // a dead daemon's: we hold the lock
+        // The VM layer keeps its VMs under the run directory: the daemon's is its
+        // state directory (<state>/vms/...), and a VM's files stay after its VMM
+        // ends until the sandbox is deleted.
+        ::setenv("NANOVM_RUN_DIR", state.c_str(), 1);
+        ::setenv("NANOVM_KEEP_STATE", "1", 1);
+
+        // Termination signals go to one thread (sigwait) that stops the server;
+        // every thread started from here inherits the mask.
+        sigset_t signals;
+        sigemptyset(&signals);
+        sigaddset(&signals, SIGINT);
+        sigaddset(&signals, SIGTERM);
+        sigaddset(&signals, SIGHUP);
+        ::pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+        ::signal(SIGPIPE, SIG_IGN);
+
+        std::string token;
+        if (!tcp_host.empty()) token = load_or_make_token(state + "/token");
+
+        Metrics metrics;
+        WorkerPool pool(options.workers, 1024);
+        Router router(pool);
+        RouteContext context{router, metrics, options, std::chrono::steady_clock::now(), nullptr, {}};
+        add_service_routes(context);
+
+        http::ServerOptions server_options;
+        server_options.unix_socket = sock;
+        server_options.tcp_host = tcp_host;
+        server_options.tcp_port = tcp_port;
+        server_options.token = token;
+        server_options.body_limit = [&router](std::string_view method, std::string_view path) {
+            return router.body_limit(method, path);
+        };
+        http::Server server(
+            server_options, [&router](http::Request request, http::Reply reply) { router.dispatch(std::move(request), std::move(reply)); },
+            [&metrics](const std::string& method, const std::string& route, int status, const std::string& code,
+                       double seconds) { metrics.observe(method, route, status, code, seconds); });
+        std::thread signal_thread([&server, signals] {
+            int sig = 0;
+            ::sigwait(&signals, &sig);
+            log_line(fmt::format("{}: stopping (sandboxes keep running)", ::strsignal(sig)));
+            server.stop();
+        });
+        signal_thread.detach();
+        if (tcp_host.empty())
+            log_line(fmt::format("serving on unix:{}", sock));
+        else
+            log_line(fmt::format("serving on unix:{} and http://{}:{} (bearer token in {}/token)", sock,
+                                 tcp_host.find(':') != std::string::npos ? "[" + tcp_host + "]" : tcp_host,
+                                 server.tcp_port(), state));
+        server.run();
+        ::unlink(sock.c_str());
+        return 0;
+    } catch (const std::exception& e) {
+        log_line(e.what());
+        return 1;
+    }
+}
+
+}  // namespace nanovm::daemon

@@ -1,0 +1,66 @@
+// The daemon's own small HTTP types: what the routes and the sandbox manager see of
+// a request and give back. Boost.Beast stays inside api/daemon/http/server.cpp (its
+// headers are slow to compile); nothing else includes it.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace nanovm::daemon::http {
+
+/// One request, its body read whole (bounded by the route's body limit).
+struct Request {
+    std::string method;   ///< "GET", "POST", ...
+    std::string target;   ///< as sent: path and query
+    std::string path;     ///< the target's path, not decoded
+    std::map<std::string, std::string> query;  ///< decoded query parameters (last one wins)
+    std::string content_type;
+    std::string body;
+    bool over_tcp = false;  ///< came over the loopback TCP listener (authorized)
+    /// Filled by the router: the route's pattern ("/v1/sandboxes/{id}") and the values
+    /// of its {name} segments.
+    std::string route;
+    std::map<std::string, std::string> params;
+};
+
+/// Where a streamed response's body goes: chunks of an HTTP/1.1 chunked body.
+class StreamSink {
+public:
+    virtual ~StreamSink() = default;
+    /// Queues `data` for the client; blocks while more than the connection's window
+    /// is queued. False once the client is gone (or stopped reading for the write
+    /// timeout): the producer should stop.
+    virtual bool write(std::string_view data) = 0;
+};
+
+/// A response: a whole body, or (with `stream` set) chunks a producer writes.
+struct Response {
+    int status = 200;
+    std::string content_type = "application/json";
+    std::string body;
+    std::vector<std::pair<std::string, std::string>> headers;
+    /// Set: the body is chunked and produced by this function on a worker thread
+    /// (never an I/O thread); `body` is then unused.
+    std::function<void(StreamSink&)> stream;
+    /// The catalogue code of an error response ("" for a success), for /metrics.
+    std::string error_code;
+    /// The route's pattern ("" for none), for /metrics.
+    std::string route;
+};
+
+/// Sends the response for one request. Thread-safe; call exactly once. With a
+/// streamed response it returns after the producer has finished.
+using Reply = std::function<void(Response)>;
+
+/// Percent-decodes `text` ('+' stays '+'). False for a bad escape.
+bool percent_decode(std::string_view text, std::string& out);
+
+/// Splits a request target into its path and decoded query parameters. False for a
+/// query with a bad escape.
+bool split_target(std::string_view target, std::string& path, std::map<std::string, std::string>& query);
+
+}  // namespace nanovm::daemon::http

@@ -1,0 +1,411 @@
+// The HTTP server (server.hpp): Boost.Beast over Asio. The only translation unit of
+// the daemon that includes Beast or Asio.
+#include "api/daemon/http/server.hpp"
+
+#include <sys/stat.h>
+
+#include <condition_variable>
+#include <deque>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <fmt/format.h>
+
+#include "api/daemon/api_error.hpp"
+#include "api/daemon/auth.hpp"
+#include "vmm/error.hpp"
+#include "vmm/log.hpp"
+
+namespace nanovm::daemon::http {
+
+namespace {
+
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+using local = net::local::stream_protocol;
+using Clock = std::chrono::steady_clock;
+
+struct Shared {
+    ServerOptions options;
+    Dispatcher dispatcher;
+    Observer observer;
+};
+
+// How long a connection that got an error answer is drained before it closes, so
+// that the client reads the answer instead of a reset.
+constexpr auto kLinger = std::chrono::seconds(2);
+
+// A streamed response's flow control between the producer (a worker thread) and the
+// connection's strand.
+struct StreamState {
+    std::mutex mutex;
+    std::condition_variable space;
+    size_t queued = 0;
+    bool failed = false;
+    // Strand side only:
+    struct Chunk {
+        std::string data;
+        bool last = false;
+    };
+    std::deque<Chunk> chunks;
+    bool writing = false;
+
+    void fail() {
+        std::lock_guard lock(mutex);
+        failed = true;
+        space.notify_all();
+    }
+    void release(size_t n) {
+        std::lock_guard lock(mutex);
+        queued -= n;
+        space.notify_all();
+    }
+};
+
+template <class Protocol>
+class Session : public std::enable_shared_from_this<Session<Protocol>> {
+public:
+    using Stream = beast::basic_stream<Protocol>;
+
+    Session(typename Protocol::socket socket, std::shared_ptr<const Shared> shared, bool over_tcp)
+        : stream_(std::move(socket)), shared_(std::move(shared)), over_tcp_(over_tcp) {}
+
+    void start() {
+        net::dispatch(stream_.get_executor(), beast::bind_front_handler(&Session::read_header, this->shared_from_this()));
+    }
+
+private:
+    const ServerOptions& options() const { return shared_->options; }
+
+    void read_header() {
+        parser_.emplace();
+        parser_->header_limit(static_cast<std::uint32_t>(options().header_limit));
+        parser_->body_limit(std::numeric_limits<std::uint64_t>::max());  // checked once the header is in
+        stream_.expires_after(options().read_timeout);
+        bhttp::async_read_header(stream_, buffer_, *parser_,
+                                 beast::bind_front_handler(&Session::on_header, this->shared_from_this()));
+    }
+
+    static bool is_disconnect(const beast::error_code& ec) {
+        return ec == bhttp::error::end_of_stream || ec == beast::error::timeout || ec == net::error::eof ||
+               ec == net::error::connection_reset || ec == net::error::broken_pipe ||
+               ec == net::error::operation_aborted;
+    }
+
+    void on_header(beast::error_code ec, std::size_t) {
+        if (ec == bhttp::error::body_limit) return fail("body_too_large", "the body is larger than this endpoint takes");
+        if (ec == bhttp::error::header_limit)
+            return fail("header_too_large",
+                        fmt::format("the request's headers are larger than {} bytes", options().header_limit));
+        if (is_disconnect(ec) || ec == bhttp::error::partial_message) return close();
+        if (ec) return fail("bad_request", fmt::format("malformed HTTP request: {}", ec.message()));
+        const auto& req = parser_->get();
+        if (over_tcp_) {
+            const auto it = req.find(bhttp::field::authorization);
+            const std::string_view given = it == req.end() ? std::string_view() : std::string_view(it->value());
+            if (!bearer_matches(given, options().token)) return fail("unauthorized", "unauthorized");
+        }
+        const std::string_view target(req.target().data(), req.target().size());
+        const std::string_view method(req.method_string().data(), req.method_string().size());
+        const size_t limit = options().body_limit ? options().body_limit(method, target.substr(0, target.find('?')))
+                                                  : size_t(1) << 20;
+        const auto length = parser_->content_length();
+        if (length && *length > limit)
+            return fail("body_too_large", fmt::format("the body is {} bytes; this endpoint takes at most {}", *length, limit));
+        parser_->body_limit(limit);
+        if (parser_->is_done()) return on_body({}, 0);
+        bhttp::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&Session::on_body, this->shared_from_this()));
+    }
+
+    void on_body(beast::error_code ec, std::size_t) {
+        if (ec == bhttp::error::body_limit)
+            return fail("body_too_large", "the body is larger than this endpoint takes");
+        if (is_disconnect(ec) || ec == bhttp::error::partial_message) return close();
+        if (ec) return fail("bad_request", fmt::format("malformed HTTP request: {}", ec.message()));
+        stream_.expires_never();
+        auto& req = parser_->get();
+        Request request;
+        request.method = std::string(req.method_string());
+        request.target = std::string(req.target());
+        if (!split_target(request.target, request.path, request.query))
+            return fail("bad_request", "a query parameter has a bad percent escape");
+        if (auto it = req.find(bhttp::field::content_type); it != req.end()) request.content_type = std::string(it->value());
+        request.body = std::move(req.body());
+        request.over_tcp = over_tcp_;
+        keep_alive_ = req.keep_alive();
+        method_ = request.method;
+        route_.clear();
+        started_ = Clock::now();
+        auto self = this->shared_from_this();
+        shared_->dispatcher(std::move(request), [self](Response response) { self->reply(std::move(response)); });
+    }
+
+    void observe(int status, const std::string& code) {
+        if (shared_->observer)
+            shared_->observer(method_, route_, status, code,
+                              std::chrono::duration<double>(Clock::now() - started_).count());
+    }
+
+    // From any thread: sends `response` (and with a stream, runs its producer here).
+    void reply(Response response) {
+        if (!response.stream) {
+            net::post(stream_.get_executor(), [self = this->shared_from_this(), r = std::move(response)]() mutable {
+                self->write_whole(std::move(r));
+            });
+            return;
+        }
+        auto state = std::make_shared<StreamState>();
+        auto producer = std::move(response.stream);
+        net::post(stream_.get_executor(), [self = this->shared_from_this(), state, r = std::move(response)]() mutable {
+            self->stream_begin(state, std::move(r));
+        });
+        struct Sink final : StreamSink {
+            Session& session;
+            std::shared_ptr<StreamState> state;
+            size_t window;
+            Sink(Session& s, std::shared_ptr<StreamState> st, size_t w) : session(s), state(std::move(st)), window(w) {}
+            bool write(std::string_view data) override {
+                if (data.empty()) return true;
+                {
+                    std::unique_lock lock(state->mutex);
+                    state->space.wait(lock, [&] { return state->failed || state->queued < window; });
+                    if (state->failed) return false;
+                    state->queued += data.size();
+                }
+                session.stream_push(state, StreamState::Chunk{std::string(data), false});
+                return true;
+            }
+        } sink(*this, state, options().stream_window);
+        try {
+            producer(sink);
+        } catch (const std::exception& e) {
+            log_line(fmt::format("a streamed response failed: {}", e.what()));
+        }
+        stream_push(state, StreamState::Chunk{{}, true});
+    }
+
+    template <class Message>
+    void set_fields(Message& m, const Response& r) {
+        m.set(bhttp::field::server, "nanovmd");
+        m.set(bhttp::field::content_type, r.content_type);
+        for (const auto& [name, value] : r.headers) m.set(name, value);
+        m.keep_alive(keep_alive_);
+    }
+
+    void write_whole(Response r) {
+        route_ = r.route;
+        auto res = std::make_shared<bhttp::response<bhttp::string_body>>(static_cast<bhttp::status>(r.status), 11);
+        set_fields(*res, r);
+        res->body() = std::move(r.body);
+        res->prepare_payload();
+        stream_.expires_after(options().write_timeout);
+        bhttp::async_write(stream_, *res,
+                           [self = this->shared_from_this(), res, status = r.status,
+                            code = std::move(r.error_code)](beast::error_code ec, std::size_t) {
+                               self->observe(status, code);
+                               if (ec || !self->keep_alive_) return self->close();
+                               self->read_header();
+                           });
+    }
+
+    void stream_begin(const std::shared_ptr<StreamState>& state, Response r) {
+        auto res = std::make_shared<bhttp::response<bhttp::empty_body>>(static_cast<bhttp::status>(r.status), 11);
+        set_fields(*res, r);
+        res->chunked(true);
+        auto serializer = std::make_shared<bhttp::response_serializer<bhttp::empty_body>>(*res);
+        state->writing = true;
+        stream_status_ = r.status;
+        route_ = r.route;
+        stream_.expires_after(options().write_timeout);
+        bhttp::async_write_header(stream_, *serializer,
+                                  [self = this->shared_from_this(), state, res, serializer](beast::error_code ec,
+                                                                                           std::size_t) {
+                                      state->writing = false;
+                                      if (ec) {
+                                          state->fail();
+                                          return self->close();
+                                      }
+                                      self->stream_next(state);
+                                  });
+    }
+
+    // From the producer's thread: queues a chunk on the strand.
+    void stream_push(const std::shared_ptr<StreamState>& state, StreamState::Chunk chunk) {
+        net::post(stream_.get_executor(), [self = this->shared_from_this(), state, c = std::move(chunk)]() mutable {
+            state->chunks.push_back(std::move(c));
+            if (!state->writing) self->stream_next(state);
+        });
+    }
+
+    void stream_next(const std::shared_ptr<StreamState>& state) {
+        if (state->writing || state->chunks.empty()) return;
+        {
+            std::lock_guard lock(state->mutex);
+            if (state->failed) {
+                state->chunks.clear();
+                return;
+            }
+        }
+        auto chunk = std::make_shared<StreamState::Chunk>(std::move(state->chunks.front()));
+        state->chunks.pop_front();
+        state->writing = true;
+        stream_.expires_after(options().write_timeout);
+        auto self = this->shared_from_this();
+        if (chunk->last) {
+            net::async_write(stream_, bhttp::make_chunk_last(), [self, state](beast::error_code ec, std::size_t) {
+                state->writing = false;
+                self->observe(self->stream_status_, "");
+                if (ec || !self->keep_alive_) return self->close();
+                self->read_header();
+            });
+            return;
+        }
+        net::async_write(stream_, bhttp::make_chunk(net::buffer(chunk->data)),
+                         [self, state, chunk](beast::error_code ec, std::size_t) {
+                             state->writing = false;
+                             state->release(chunk->data.size());
+                             if (ec) {
+                                 state->fail();
+                                 return self->close();
+                             }
+                             self->stream_next(state);
+                         });
+    }
+
+    // Answers a protocol-level error and closes the connection after a short drain.
+    void fail(std::string_view code, const std::string& message) {
+        Response r = error_response(code, message);
+        keep_alive_ = false;
+        method_ = parser_ && parser_->is_header_done() ? std::string(parser_->get().method_string()) : std::string();
+        started_ = Clock::now();
+        auto res = std::make_shared<bhttp::response<bhttp::string_body>>(static_cast<bhttp::status>(r.status), 11);
+        set_fields(*res, r);
+        res->body() = std::move(r.body);
+        res->prepare_payload();
+        stream_.expires_after(options().write_timeout);
+        bhttp::async_write(stream_, *res,
+                           [self = this->shared_from_this(), res, status = r.status,
+                            c = std::move(r.error_code)](beast::error_code ec, std::size_t) {
+                               self->observe(status, c);
+                               if (ec) return self->close();
+                               self->linger();
+                           });
+    }
+
+    void linger() {
+        beast::error_code ec;
+        stream_.socket().shutdown(Protocol::socket::shutdown_send, ec);
+        stream_.expires_after(kLinger);
+        drain();
+    }
+
+    void drain() {
+        stream_.async_read_some(net::buffer(scratch_), [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
+            if (ec) return self->close();
+            self->drain();
+        });
+    }
+
+    void close() {
+        beast::error_code ec;
+        stream_.socket().shutdown(Protocol::socket::shutdown_both, ec);
+        stream_.socket().close(ec);
+    }
+
+    Stream stream_;
+    std::shared_ptr<const Shared> shared_;
+    bool over_tcp_;
+    beast::flat_buffer buffer_;
+    std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+    bool keep_alive_ = false;
+    std::string method_, route_;
+    int stream_status_ = 200;
+    Clock::time_point started_{};
+    char scratch_[4096];
+};
+
+}  // namespace
+
+struct Server::Impl {
+    net::io_context ioc;
+    std::shared_ptr<Shared> shared;
+    std::optional<local::acceptor> unix_acceptor;
+    std::optional<tcp::acceptor> tcp_acceptor;
+    net::steady_timer unix_retry{ioc}, tcp_retry{ioc};
+
+    template <class Protocol, class Acceptor>
+    void accept(Acceptor& acceptor, net::steady_timer& retry, bool over_tcp) {
+        acceptor.async_accept(net::make_strand(ioc), [this, &acceptor, &retry, over_tcp](beast::error_code ec,
+                                                                                        typename Protocol::socket s) {
+            if (ec == net::error::operation_aborted) return;
+            if (ec) {
+                // Out of fds (EMFILE) or similar: say so, then try again shortly
+                // instead of spinning.
+                static RateLimiter limiter;
+                uint64_t suppressed = 0;
+                if (limiter.allow(suppressed)) log_line(fmt::format("accept: {}", ec.message()));
+                retry.expires_after(std::chrono::milliseconds(50));
+                retry.async_wait([this, &acceptor, &retry, over_tcp](beast::error_code wait_ec) {
+                    if (!wait_ec) accept<Protocol>(acceptor, retry, over_tcp);
+                });
+                return;
+            }
+            std::make_shared<Session<Protocol>>(std::move(s), shared, over_tcp)->start();
+            accept<Protocol>(acceptor, retry, over_tcp);
+        });
+    }
+};
+
+Server::Server(ServerOptions options, Dispatcher dispatcher, Observer observer) : impl_(std::make_unique<Impl>()) {
+    impl_->shared = std::make_shared<Shared>(Shared{std::move(options), std::move(dispatcher), std::move(observer)});
+    const ServerOptions& o = impl_->shared->options;
+    try {
+        impl_->unix_acceptor.emplace(impl_->ioc);
+        impl_->unix_acceptor->open(local());
+        impl_->unix_acceptor->bind(local::endpoint(o.unix_socket));
+        if (::chmod(o.unix_socket.c_str(), 0600) != 0) throw_errno("chmod " + o.unix_socket);
+        impl_->unix_acceptor->listen(net::socket_base::max_listen_connections);
+    } catch (const boost::system::system_error& e) {
+        throw Error(fmt::format("listen on {}: {}", o.unix_socket, e.code().message()));
+    }
+    if (!o.tcp_host.empty()) {
+        try {
+            const tcp::endpoint endpoint(net::ip::make_address(o.tcp_host), o.tcp_port);
+            impl_->tcp_acceptor.emplace(impl_->ioc);
+            impl_->tcp_acceptor->open(endpoint.protocol());
+            impl_->tcp_acceptor->set_option(net::socket_base::reuse_address(true));
+            impl_->tcp_acceptor->bind(endpoint);
+            impl_->tcp_acceptor->listen(net::socket_base::max_listen_connections);
+        } catch (const boost::system::system_error& e) {
+            throw Error(fmt::format("listen on {}:{}: {}", o.tcp_host, o.tcp_port, e.code().message()));
+        }
+    }
+}
+
+Server::~Server() = default;
+
+uint16_t Server::tcp_port() const {
+    return impl_->tcp_acceptor ? impl_->tcp_acceptor->local_endpoint().port() : 0;
+}
+
+void Server::run() {
+    impl_->accept<local>(*impl_->unix_acceptor, impl_->unix_retry, false);
+    if (impl_->tcp_acceptor) impl_->accept<tcp>(*impl_->tcp_acceptor, impl_->tcp_retry, true);
+    std::vector<std::thread> threads;
+    const unsigned n = impl_->shared->options.io_threads < 1 ? 1 : impl_->shared->options.io_threads;
+    for (unsigned i = 1; i < n; ++i) threads.emplace_back([this] { impl_->ioc.run(); });
+    impl_->ioc.run();
+    for (std::thread& t : threads) t.join();
+}
+
+void Server::stop() { impl_->ioc.stop(); }
+
+}  // namespace nanovm::daemon::http

@@ -1,0 +1,65 @@
+// The daemon's HTTP/1.1 server (Boost.Beast over Asio): a Unix socket and, optionally,
+// a loopback TCP listener whose every request must carry the bearer token. It reads
+// each request with limits (header block, body per route, a read timeout), answers
+// the protocol-level errors itself (400, 401, 413, 431) and hands every other
+// request to the dispatcher. I/O runs on a few threads; a slow or vanished client
+// holds only its own connection (timeouts close it) and never an I/O thread.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "api/daemon/http/message.hpp"
+
+namespace nanovm::daemon::http {
+
+/// What the server is started with.
+struct ServerOptions {
+    std::string unix_socket;  ///< path to listen on (made 0600); must not exist
+    std::string tcp_host;     ///< "" : no TCP listener; else a loopback address
+    uint16_t tcp_port = 0;    ///< 0: any free port (tcp_port() tells which)
+    std::string token;        ///< the bearer token TCP requests must carry
+    size_t header_limit = 16 * 1024;  ///< bytes of the request line and headers
+    /// The largest body a request may have, from its method and path (the file
+    /// upload route takes more than the JSON ones).
+    std::function<size_t(std::string_view method, std::string_view path)> body_limit;
+    std::chrono::milliseconds read_timeout{std::chrono::seconds(30)};   ///< a whole request
+    std::chrono::milliseconds write_timeout{std::chrono::seconds(60)};  ///< per write, and idle keep-alive
+    size_t stream_window = 1 << 20;  ///< bytes a streamed response may have queued
+    unsigned io_threads = 2;
+};
+
+/// Called on an I/O thread for every request that passed the protocol checks; must
+/// not block (long work goes to a worker, which calls `reply` when done).
+using Dispatcher = std::function<void(Request request, Reply reply)>;
+
+/// Called once per response written: the request's route pattern ("" for none), its
+/// status, its error code and how long it took from the end of reading it, seconds.
+using Observer = std::function<void(const std::string& method, const std::string& route, int status,
+                                    const std::string& error_code, double seconds)>;
+
+class Server {
+public:
+    /// Binds the listeners. Throws Error naming the socket or address that failed.
+    Server(ServerOptions options, Dispatcher dispatcher, Observer observer);
+    ~Server();
+    Server(const Server&) = delete;
+    Server& operator=(const Server&) = delete;
+
+    /// The TCP port bound (0 without a TCP listener).
+    uint16_t tcp_port() const;
+    /// Serves on the I/O threads until stop(); returns when they have ended.
+    void run();
+    /// Stops accepting and ends run(). Thread-safe, async-signal-unsafe.
+    void stop();
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace nanovm::daemon::http

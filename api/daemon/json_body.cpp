@@ -1,0 +1,148 @@
+// Strict JSON bodies (json_body.hpp).
+#include "api/daemon/json_body.hpp"
+
+#include <fmt/format.h>
+
+#include "api/daemon/api_error.hpp"
+
+namespace nanovm::daemon {
+
+namespace {
+
+// The deepest nesting of `text` outside strings (a cheap scan before parsing, so a
+// body of 60 000 '[' never reaches the recursive parts of the JSON library).
+int nesting_depth(std::string_view text) {
+    int depth = 0, deepest = 0;
+    bool in_string = false, escaped = false;
+    for (char c : text) {
+        if (in_string) {
+            if (escaped) escaped = false;
+            else if (c == '\\') escaped = true;
+            else if (c == '"') in_string = false;
+            continue;
+        }
+        if (c == '"') in_string = true;
+        else if (c == '[' || c == '{') deepest = std::max(deepest, ++depth);
+        else if (c == ']' || c == '}') --depth;
+    }
+    return deepest;
+}
+
+const char* type_name(const nlohmann::json& v) {
+    if (v.is_null()) return "null";
+    if (v.is_boolean()) return "a boolean";
+    if (v.is_number()) return "a number";
+    if (v.is_string()) return "a string";
+    if (v.is_array()) return "an array";
+    return "an object";
+}
+
+}  // namespace
+
+bool valid_label_key(std::string_view key) {
+    if (key.empty() || key.size() > 63) return false;
+    for (char c : key)
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+              c == '-'))
+            return false;
+    return true;
+}
+
+JsonBody::JsonBody(std::string_view body, std::initializer_list<std::string_view> allowed) {
+    if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) {
+        value_ = nlohmann::json::object();
+        return;
+    }
+    if (nesting_depth(body) > kMaxJsonDepth)
+        throw ApiError("bad_json", fmt::format("the body nests deeper than {} levels", kMaxJsonDepth));
+    try {
+        value_ = nlohmann::json::parse(body);
+    } catch (const nlohmann::json::parse_error& e) {
+        throw ApiError("bad_json", fmt::format("the body is not valid JSON: {}", e.what()));
+    }
+    if (!value_.is_object()) throw ApiError("bad_json", fmt::format("the body must be a JSON object, not {}", type_name(value_)));
+    for (const auto& [key, v] : value_.items()) {
+        bool known = false;
+        for (std::string_view a : allowed) known = known || a == key;
+        if (!known) {
+            std::string list;
+            for (std::string_view a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+            throw ApiError("unknown_field", fmt::format("unknown field \"{}\" (this request takes: {})",
+                                                        key.substr(0, 64), list.empty() ? "no fields" : list));
+        }
+    }
+}
+
+bool JsonBody::has(std::string_view name) const { return value_.contains(name) && !value_.at(std::string(name)).is_null(); }
+
+const nlohmann::json& JsonBody::raw(std::string_view name) const {
+    static const nlohmann::json null_value;
+    const auto it = value_.find(name);
+    return it == value_.end() ? null_value : *it;
+}
+
+std::optional<int64_t> JsonBody::integer(std::string_view name, int64_t min, int64_t max) const {
+    const nlohmann::json& v = raw(name);
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_number_integer())
+        throw ApiError("invalid_field", fmt::format("\"{}\" must be an integer, not {}", name, type_name(v)));
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+        throw ApiError("out_of_range", fmt::format("\"{}\" must be from {} to {}", name, min, max));
+    const int64_t n = v.get<int64_t>();
+    if (n < min || n > max) throw ApiError("out_of_range", fmt::format("\"{}\" is {}: it must be from {} to {}", name, n, min, max));
+    return n;
+}
+
+std::optional<bool> JsonBody::boolean(std::string_view name) const {
+    const nlohmann::json& v = raw(name);
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_boolean()) throw ApiError("invalid_field", fmt::format("\"{}\" must be true or false, not {}", name, type_name(v)));
+    return v.get<bool>();
+}
+
+std::optional<std::string> JsonBody::string(std::string_view name, size_t max_bytes) const {
+    const nlohmann::json& v = raw(name);
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_string()) throw ApiError("invalid_field", fmt::format("\"{}\" must be a string, not {}", name, type_name(v)));
+    std::string s = v.get<std::string>();
+    if (s.size() > max_bytes) throw ApiError("out_of_range", fmt::format("\"{}\" is longer than {} bytes", name, max_bytes));
+    if (s.find('\0') != std::string::npos) throw ApiError("invalid_field", fmt::format("\"{}\" contains a NUL byte", name));
+    return s;
+}
+
+std::optional<std::vector<std::string>> JsonBody::strings(std::string_view name, size_t max_items, size_t max_bytes) const {
+    const nlohmann::json& v = raw(name);
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_array()) throw ApiError("invalid_field", fmt::format("\"{}\" must be an array of strings, not {}", name, type_name(v)));
+    if (v.size() > max_items) throw ApiError("out_of_range", fmt::format("\"{}\" has more than {} items", name, max_items));
+    std::vector<std::string> out;
+    for (const nlohmann::json& item : v) {
+        if (!item.is_string())
+            throw ApiError("invalid_field", fmt::format("\"{}\" must be an array of strings; an item is {}", name, type_name(item)));
+        std::string s = item.get<std::string>();
+        if (s.size() > max_bytes) throw ApiError("out_of_range", fmt::format("an item of \"{}\" is longer than {} bytes", name, max_bytes));
+        if (s.find('\0') != std::string::npos) throw ApiError("invalid_field", fmt::format("an item of \"{}\" contains a NUL byte", name));
+        out.push_back(std::move(s));
+    }
+    return out;
+}
+
+std::optional<std::map<std::string, std::string>> JsonBody::labels(std::string_view name) const {
+    const nlohmann::json& v = raw(name);
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_object()) throw ApiError("invalid_field", fmt::format("\"{}\" must be an object of strings, not {}", name, type_name(v)));
+    if (v.size() > 64) throw ApiError("out_of_range", fmt::format("\"{}\" has more than 64 labels", name));
+    std::map<std::string, std::string> out;
+    for (const auto& [key, value] : v.items()) {
+        if (!valid_label_key(key))
+            throw ApiError("invalid_field", fmt::format("label key \"{}\": 1 to 63 of A-Z a-z 0-9 . _ -", key.substr(0, 64)));
+        if (!value.is_string()) throw ApiError("invalid_field", fmt::format("label \"{}\" must be a string", key));
+        const std::string s = value.get<std::string>();
+        if (s.size() > 255 || s.find('\0') != std::string::npos)
+            throw ApiError("invalid_field", fmt::format("label \"{}\": at most 255 bytes, no NUL", key));
+        out[key] = s;
+    }
+    return out;
+}
+
+}  // namespace nanovm::daemon

@@ -1,0 +1,51 @@
+// Strict reading of a JSON request body into typed fields: anything that is not a
+// JSON object, a field the request does not take, or a field of the wrong type stops
+// here with its catalogue error (bad_json, unknown_field, invalid_field: 400), and a
+// number outside its range with out_of_range (422). Routes read bodies only through
+// this.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace nanovm::daemon {
+
+/// The deepest nesting of arrays and objects a body may have.
+inline constexpr int kMaxJsonDepth = 32;
+
+class JsonBody {
+public:
+    /// Parses `body` ("" or only whitespace: {}) and checks that every field is one of
+    /// `allowed`. Throws ApiError.
+    JsonBody(std::string_view body, std::initializer_list<std::string_view> allowed);
+
+    bool has(std::string_view name) const;
+    /// An integer field in [min, max]. A non-integer (1.5, "2", true) is invalid_field.
+    std::optional<int64_t> integer(std::string_view name, int64_t min, int64_t max) const;
+    std::optional<bool> boolean(std::string_view name) const;
+    /// A string of at most `max_bytes` without NUL bytes.
+    std::optional<std::string> string(std::string_view name, size_t max_bytes = 4096) const;
+    /// An array of such strings, at most `max_items`.
+    std::optional<std::vector<std::string>> strings(std::string_view name, size_t max_items,
+                                                    size_t max_bytes = 4096) const;
+    /// An object of string values: labels ({"team": "ml"}); keys 1-63 bytes of
+    /// [A-Za-z0-9._-], values at most 255 bytes, at most 64 entries.
+    std::optional<std::map<std::string, std::string>> labels(std::string_view name) const;
+    /// The raw value of a field (null if absent), for fields of several shapes.
+    const nlohmann::json& raw(std::string_view name) const;
+
+private:
+    nlohmann::json value_;
+};
+
+/// True if `key` is a valid label key (see JsonBody::labels).
+bool valid_label_key(std::string_view key);
+
+}  // namespace nanovm::daemon

@@ -1,0 +1,162 @@
+// The OpenAPI document (openapi.hpp).
+#include "api/daemon/openapi.hpp"
+
+#include <set>
+
+#include "api/daemon/api_error.hpp"
+
+namespace nanovm::daemon {
+
+namespace {
+
+using nlohmann::json;
+
+json object(json properties, std::vector<std::string> required = {}) {
+    json o{{"type", "object"}, {"additionalProperties", false}, {"properties", std::move(properties)}};
+    if (!required.empty()) o["required"] = required;
+    return o;
+}
+
+json ref(const std::string& name) { return json{{"$ref", "#/components/schemas/" + name}}; }
+
+json schemas() {
+    const json str{{"type", "string"}}, integer{{"type", "integer"}}, boolean{{"type", "boolean"}};
+    const json nullable_str{{"type", "string"}, {"nullable", true}};
+    const json labels{{"type", "object"}, {"additionalProperties", {{"type", "string"}}}};
+    json s;
+    s["Error"] = object({{"error", object({{"code", str}, {"message", str}}, {"code", "message"})}}, {"error"});
+    s["Health"] = object({{"status", str}, {"version", str}, {"uptime_s", integer}, {"sandboxes", integer}});
+    s["Shape"] = object({{"cpus", integer}, {"memory_mb", integer}, {"disable_internet", boolean}});
+    s["Sandbox"] = object({{"id", str},
+                           {"state", {{"type", "string"},
+                                      {"enum", {"creating", "running", "paused", "sleeping", "deleting", "error"}}}},
+                           {"error", nullable_str},
+                           {"cpus", integer},
+                           {"memory_mb", integer},
+                           {"disable_internet", boolean},
+                           {"image", nullable_str},
+                           {"snapshot_id", nullable_str},
+                           {"parent_id", nullable_str},
+                           {"metadata", labels},
+                           {"timeout_s", {{"type", "integer"}, {"nullable", true}}},
+                           {"end_at", nullable_str},
+                           {"created_at", str}});
+    s["SandboxList"] = object({{"sandboxes", {{"type", "array"}, {"items", ref("Sandbox")}}}, {"next", nullable_str}});
+    s["CreateSandbox"] = object({{"image", str},
+                                 {"snapshot_id", str},
+                                 {"cpus", {{"type", "integer"}, {"minimum", 1}, {"maximum", 4}, {"default", 2}}},
+                                 {"memory_mb", {{"type", "integer"}, {"minimum", 128}, {"maximum", 8192}, {"default", 1024}}},
+                                 {"disable_internet", boolean},
+                                 {"metadata", labels},
+                                 {"timeout_s", {{"type", "integer"}, {"minimum", 0}, {"maximum", 604800}}}});
+    s["PatchSandbox"] = object({{"timeout_s", {{"type", "integer"}, {"nullable", true}}}, {"metadata", labels}});
+    s["Exec"] = object({{"cmd", str},
+                        {"argv", {{"type", "array"}, {"items", str}}},
+                        {"env", labels},
+                        {"cwd", str},
+                        {"user", {{"oneOf", {integer, str}}}},
+                        {"stdin", str},
+                        {"timeout_s", {{"type", "integer"}, {"minimum", 0}, {"maximum", 86400}}},
+                        {"stream", boolean}});
+    s["ExecResult"] = object({{"stdout", str},
+                              {"stderr", str},
+                              {"exit_code", integer},
+                              {"signal", {{"type", "integer"}, {"nullable", true}}},
+                              {"timed_out", boolean},
+                              {"output_truncated", boolean},
+                              {"duration_ms", {{"type", "number"}}}});
+    s["FileInfo"] = object({{"path", str}, {"name", str}, {"type", str}, {"size", integer}, {"mode", integer},
+                            {"mtime", str}});
+    s["FileList"] = object({{"path", str}, {"entries", {{"type", "array"}, {"items", ref("FileInfo")}}}});
+    s["Mkdir"] = object({{"path", str}, {"parents", boolean}}, {"path"});
+    s["CreateSnapshot"] = object({{"wait_durable", boolean}, {"leave_paused", boolean}});
+    s["Snapshot"] = object({{"id", str},
+                            {"sandbox_id", str},
+                            {"created_at", str},
+                            {"state", {{"type", "string"}, {"enum", {"saving", "ready", "error"}}}},
+                            {"durable", boolean},
+                            {"size_bytes", integer},
+                            {"cpus", integer},
+                            {"memory_mb", integer},
+                            {"disable_internet", boolean},
+                            {"error", nullable_str}});
+    s["SnapshotList"] = object({{"snapshots", {{"type", "array"}, {"items", ref("Snapshot")}}}, {"next", nullable_str}});
+    s["WaitDurable"] = object({{"timeout_s", {{"type", "integer"}, {"minimum", 0}, {"maximum", 3600}}}});
+    s["Restore"] = object({{"metadata", labels}, {"timeout_s", integer}});
+    s["Fork"] = object({{"n", {{"type", "integer"}, {"minimum", 1}, {"maximum", 4}, {"default", 1}}}});
+    s["ForkResult"] = object(
+        {{"children", {{"type", "array"}, {"items", object({{"sandbox", ref("Sandbox")}, {"error", ref("Error")}})}}}});
+    s["SandboxMetrics"] = object({{"cpu_time_ms", {{"type", "number"}}},
+                                  {"vmm_rss_bytes", integer},
+                                  {"disk_bytes", integer},
+                                  {"state", str}});
+    return s;
+}
+
+json response_for(const std::string& schema, const std::string& description) {
+    if (schema.empty()) return json{{"description", description}};
+    if (schema == "binary")
+        return json{{"description", description},
+                    {"content", {{"application/octet-stream", {{"schema", {{"type", "string"}, {"format", "binary"}}}}}}}};
+    if (schema == "text")
+        return json{{"description", description}, {"content", {{"text/plain", {{"schema", {{"type", "string"}}}}}}}};
+    return json{{"description", description}, {"content", {{"application/json", {{"schema", ref(schema)}}}}}};
+}
+
+}  // namespace
+
+json openapi_document(const std::vector<RouteSpec>& routes) {
+    json paths = json::object();
+    for (const RouteSpec& r : routes) {
+        json op{{"summary", r.summary}, {"operationId", r.method + " " + r.pattern}};
+        json parameters = json::array();
+        size_t pos = 0;
+        while ((pos = r.pattern.find('{', pos)) != std::string::npos) {
+            const size_t end = r.pattern.find('}', pos);
+            parameters.push_back(json{{"name", r.pattern.substr(pos + 1, end - pos - 1)},
+                                      {"in", "path"},
+                                      {"required", true},
+                                      {"schema", {{"type", "string"}, {"format", "uuid"}}}});
+            pos = end;
+        }
+        for (const QueryParam& q : r.query)
+            parameters.push_back(json{{"name", q.name},
+                                      {"in", "query"},
+                                      {"required", q.required},
+                                      {"description", q.description},
+                                      {"schema", {{"type", q.type}}}});
+        if (!parameters.empty()) op["parameters"] = parameters;
+        if (r.request_schema == "binary")
+            op["requestBody"] = json{{"required", true},
+                                     {"content", {{"application/octet-stream", {{"schema", {{"type", "string"}, {"format", "binary"}}}}}}}};
+        else if (!r.request_schema.empty())
+            op["requestBody"] = json{{"content", {{"application/json", {{"schema", ref(r.request_schema)}}}}}};
+        json responses;
+        responses[std::to_string(r.success)] = response_for(r.response_schema, "success");
+        std::set<std::string> codes(r.errors.begin(), r.errors.end());
+        codes.insert(common_errors().begin(), common_errors().end());
+        std::map<int, std::vector<std::string>> by_status;
+        for (const std::string& code : codes) by_status[error_kind(code).status].push_back(code);
+        for (const auto& [status, list] : by_status) {
+            std::string text;
+            for (const std::string& c : list) text += (text.empty() ? "" : ", ") + c;
+            json resp = response_for("Error", text);
+            resp["x-nanovm-codes"] = list;
+            responses[std::to_string(status)] = resp;
+        }
+        op["responses"] = responses;
+        std::string method = r.method;
+        for (char& c : method) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        paths[r.pattern][method] = op;
+    }
+    json errors = json::array();
+    for (const ErrorKind& k : error_catalogue())
+        errors.push_back(json{{"code", k.code}, {"status", k.status}, {"description", k.description}});
+    return json{{"openapi", "3.0.3"},
+                {"info", {{"title", "nanovmd"}, {"version", "1"}, {"description", "The nanovm sandbox service (docs/api.md)."}}},
+                {"paths", paths},
+                {"components", {{"schemas", schemas()}}},
+                {"x-nanovm-errors", errors}};
+}
+
+}  // namespace nanovm::daemon

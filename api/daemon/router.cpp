@@ -1,0 +1,133 @@
+// Request routing (router.hpp).
+#include "api/daemon/router.hpp"
+
+#include <map>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "api/daemon/api_error.hpp"
+#include "vmm/log.hpp"
+
+namespace nanovm::daemon {
+
+namespace {
+
+std::vector<std::string_view> split_path(std::string_view path) {
+    std::vector<std::string_view> out;
+    if (path.empty() || path.front() != '/') return out;
+    size_t pos = 1;
+    for (;;) {
+        const size_t slash = path.find('/', pos);
+        out.push_back(path.substr(pos, slash == std::string_view::npos ? std::string_view::npos : slash - pos));
+        if (slash == std::string_view::npos) break;
+        pos = slash + 1;
+    }
+    return out;
+}
+
+bool is_param(std::string_view segment) { return segment.size() > 2 && segment.front() == '{' && segment.back() == '}'; }
+
+}  // namespace
+
+const std::vector<std::string>& common_errors() {
+    static const std::vector<std::string> codes{"bad_request", "unauthorized", "body_too_large",
+                                                "header_too_large", "internal", "busy"};
+    return codes;
+}
+
+void Router::add(RouteSpec spec, RouteHandler handler) {
+    for (const Entry& e : entries_)
+        if (e.spec.method == spec.method && e.spec.pattern == spec.pattern)
+            throw std::logic_error("duplicate route " + spec.method + " " + spec.pattern);
+    for (const std::string& code : spec.errors) (void)error_kind(code);  // must be in the catalogue
+    Entry e{std::move(spec), {}, std::move(handler)};
+    for (std::string_view s : split_path(e.spec.pattern)) e.segments.emplace_back(s);
+    entries_.push_back(std::move(e));
+}
+
+bool Router::match_one(const Entry& e, const std::vector<std::string_view>& segments,
+                       std::map<std::string, std::string>* params) {
+    if (segments.size() != e.segments.size()) return false;
+    for (size_t i = 0; i < segments.size(); ++i) {
+        const std::string& want = e.segments[i];
+        if (is_param(want)) {
+            if (segments[i].empty()) return false;
+            if (params) (*params)[want.substr(1, want.size() - 2)] = std::string(segments[i]);
+        } else if (want != segments[i]) {
+            return false;
+        }
+    }
+    return true;
+}
+
+std::vector<const Router::Entry*> Router::match(std::string_view path) const {
+    const std::vector<std::string_view> segments = split_path(path);
+    std::vector<const Entry*> out;
+    for (const Entry& e : entries_)
+        if (match_one(e, segments, nullptr)) out.push_back(&e);
+    return out;
+}
+
+size_t Router::body_limit(std::string_view method, std::string_view path) const {
+    for (const Entry* e : match(path))
+        if (e->spec.method == method) return e->spec.body_limit;
+    return 64 * 1024;
+}
+
+std::vector<RouteSpec> Router::routes() const {
+    std::vector<RouteSpec> out;
+    for (const Entry& e : entries_) out.push_back(e.spec);
+    return out;
+}
+
+http::Response Router::run(const Entry& e, http::Request& request) {
+    http::Response response;
+    try {
+        response = e.handler(request);
+    } catch (const ApiError& error) {
+        response = error_response(error);
+    } catch (const std::exception& error) {
+        log_line(fmt::format("{} {}: {}", request.method, request.path, error.what()));
+        response = error_response("internal", fmt::format("{} {}: {}", request.method, e.spec.pattern, error.what()));
+    }
+    response.route = e.spec.pattern;
+    return response;
+}
+
+void Router::dispatch(http::Request request, http::Reply reply) {
+    const std::vector<const Entry*> matched = match(request.path);
+    if (matched.empty()) {
+        reply(error_response("no_route", fmt::format("no endpoint has the path {}", request.path.substr(0, 200))));
+        return;
+    }
+    const Entry* entry = nullptr;
+    std::string allowed;
+    for (const Entry* e : matched) {
+        if (e->spec.method == request.method) entry = e;
+        allowed += (allowed.empty() ? "" : ", ") + e->spec.method;
+    }
+    if (!entry) {
+        http::Response r = error_response(
+            "method_not_allowed", fmt::format("{} takes {}, not {}", matched.front()->spec.pattern, allowed,
+                                              request.method.substr(0, 20)));
+        r.headers.emplace_back("Allow", allowed);
+        r.route = matched.front()->spec.pattern;
+        reply(std::move(r));
+        return;
+    }
+    match_one(*entry, split_path(request.path), &request.params);
+    request.route = entry->spec.pattern;
+    if (!entry->spec.worker) {
+        reply(run(*entry, request));
+        return;
+    }
+    auto job = [entry, request = std::move(request), reply]() mutable { reply(run(*entry, request)); };
+    if (!pool_.submit(std::move(job))) {
+        http::Response r = error_response("busy", "too many requests are waiting for a worker; try again");
+        r.route = entry->spec.pattern;
+        reply(std::move(r));
+    }
+}
+
+}  // namespace nanovm::daemon

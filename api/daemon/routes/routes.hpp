@@ -1,0 +1,35 @@
+// The daemon's routes, one file per resource: each add_*_routes registers its
+// routes (RouteSpec + handler) with the router. Handlers parse and validate into
+// typed requests (json_body.hpp) and call the sandbox manager; nothing here talks
+// to a VMM or the store.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "api/daemon/daemon_options.hpp"
+#include "api/daemon/metrics.hpp"
+#include "api/daemon/router.hpp"
+
+namespace nanovm::daemon {
+
+class SandboxManager;
+
+/// What the routes reach.
+struct RouteContext {
+    Router& router;
+    Metrics& metrics;
+    const DaemonOptions& options;
+    std::chrono::steady_clock::time_point started;
+    SandboxManager* manager = nullptr;
+    /// Sandboxes per state (for /v1/health and /metrics).
+    std::function<std::map<std::string, int64_t>()> sandbox_counts;
+};
+
+/// GET /v1/health, GET /v1/openapi.json, GET /metrics.
+void add_service_routes(RouteContext& context);
+
+}  // namespace nanovm::daemon
