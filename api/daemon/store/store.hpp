@@ -1,0 +1,139 @@
+// The daemon's store: the one place that persists (SQLite in WAL mode at
+// <state>/store.db). Sandboxes, snapshots, and the directories that hold their
+// files with the references between them:
+//
+//   dirs      one row per directory the daemon made: a sandbox's VM directory, a
+//             snapshot's directory, a fork base. `released` once its owner (the
+//             sandbox or snapshot) is deleted; `removing` while it is being removed.
+//   dir_refs  (from_dir, to_path): a file of from_dir names to_path, a file outside
+//             it (a layer's parent: another snapshot's layer, a fork base's layer,
+//             the root image).
+//
+// A released directory is removed once no directory that is not being removed
+// holds a reference into it (collect()): deleting sandboxes and snapshots in any
+// order never breaks a kept snapshot's chain, and frees the files once nothing
+// uses them. Schema changes are ordered migrations (schema_version table).
+// Thread-safe (one connection behind a mutex). Throws store::SqliteError
+// (disk_full() when the file system is full).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "api/daemon/store/sqlite.hpp"
+
+namespace nanovm::daemon::store {
+
+/// The schema version this build writes (and the migrations up to it).
+int latest_schema_version();
+
+struct SandboxRecord {
+    std::string id;     ///< UUID
+    std::string vm_id;  ///< the VMM's 12-hex id ("" before its VMM started)
+    std::string state;  ///< creating, running, paused, sleeping, deleting, error
+    std::string error;  ///< why, in state error
+    int64_t cpus = 2;
+    int64_t memory_mb = 1024;
+    bool disable_internet = false;
+    std::string image;        ///< image name ("" for a restore or fork)
+    std::string snapshot_id;  ///< restored from ("" if none)
+    std::string parent_id;    ///< forked from ("" if none)
+    std::map<std::string, std::string> labels;
+    std::optional<int64_t> timeout_s;
+    std::optional<int64_t> end_at_ms;  ///< wall clock, ms since the epoch
+    int64_t created_ms = 0;
+    int64_t updated_ms = 0;
+
+    bool operator==(const SandboxRecord&) const = default;
+};
+
+struct SnapshotRecord {
+    std::string id;          ///< UUID
+    std::string sandbox_id;  ///< taken from (the sandbox may be gone)
+    std::string dir;         ///< its directory
+    std::string state;       ///< saving, ready, error
+    bool durable = false;
+    std::string error;
+    int64_t cpus = 0;
+    int64_t memory_mb = 0;
+    bool disable_internet = false;
+    std::string image;
+    int64_t created_ms = 0;
+
+    bool operator==(const SnapshotRecord&) const = default;
+};
+
+/// Which sandboxes list() returns: a state, a label, and a page after an id.
+struct SandboxFilter {
+    std::string state;              ///< "" : any
+    std::map<std::string, std::string> labels;  ///< every one must match
+    std::string after;              ///< ids greater than this ("" : from the start)
+    int64_t limit = 100;
+};
+
+/// A directory the store knows.
+struct DirRecord {
+    std::string path;
+    std::string kind;   ///< "vm", "snapshot", "fork"
+    std::string owner;  ///< the sandbox or snapshot id ("" for a fork base)
+    bool released = false;
+    bool removing = false;
+};
+
+class Store {
+public:
+    /// Opens (creating) the store at `path` and migrates it to the latest schema.
+    /// Throws SqliteError, or std::runtime_error for a store newer than this build.
+    explicit Store(const std::string& path);
+
+    int schema_version();
+
+    // Sandboxes.
+    void put_sandbox(const SandboxRecord& record);  ///< insert or replace
+    std::optional<SandboxRecord> sandbox(const std::string& id);
+    std::vector<SandboxRecord> sandboxes(const SandboxFilter& filter);
+    std::vector<SandboxRecord> all_sandboxes();
+    void delete_sandbox(const std::string& id);
+    std::map<std::string, int64_t> count_by_state();
+
+    // Snapshots.
+    void put_snapshot(const SnapshotRecord& record);
+    std::optional<SnapshotRecord> snapshot(const std::string& id);
+    /// Snapshots ordered by id, after `after`, at most `limit`; of one sandbox if
+    /// `sandbox_id` is set.
+    std::vector<SnapshotRecord> snapshots(const std::string& sandbox_id, const std::string& after, int64_t limit);
+    void delete_snapshot(const std::string& id);
+
+    // Directories and references.
+    /// Records a directory (kept until released and unreferenced).
+    void add_dir(const std::string& path, const std::string& kind, const std::string& owner);
+    /// Records that files of `from_dir` name `to_paths` (absolute; duplicates ignored).
+    void add_refs(const std::string& from_dir, const std::vector<std::string>& to_paths);
+    /// The owner of `path` is gone: remove it once nothing references it.
+    void release_dir(const std::string& path);
+    /// Marks every released directory that no kept directory references as
+    /// removing (transitively: a directory being removed holds nothing) and returns
+    /// them. The caller removes them from disk, then calls forget_dir().
+    std::vector<std::string> collect();
+    /// Directories marked removing (a removal the daemon did not finish).
+    std::vector<std::string> removing_dirs();
+    /// Drops a removed directory and its references.
+    void forget_dir(const std::string& path);
+    std::vector<DirRecord> dirs();
+    /// The references of `from_dir`.
+    std::vector<std::string> refs(const std::string& from_dir);
+
+private:
+    void migrate();
+    std::mutex mutex_;
+    Database db_;
+};
+
+/// Wall clock now, ms since the epoch.
+int64_t now_ms();
+
+}  // namespace nanovm::daemon::store

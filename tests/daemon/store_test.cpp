@@ -1,0 +1,302 @@
+// The daemon's store (api/daemon/store/): records, migrations, and the reference
+// counts that keep a snapshot's chain alive over real layer files, for every order
+// of deleting sandboxes and snapshots.
+#include <catch2/catch.hpp>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "api/daemon/store/file_refs.hpp"
+#include "api/daemon/store/store.hpp"
+#include "devices/virtio/blk/disk_layer.hpp"
+#include "tests/support/temp_dir.hpp"
+#include "vmm/fd.hpp"
+
+namespace {
+
+using namespace nanovm;
+using namespace nanovm::daemon::store;
+using nanovm::test::TempDir;
+namespace fs = std::filesystem;
+
+constexpr uint64_t kDiskBytes = 1 << 20;
+
+// A layer file at `path` over `parent` (a plain name: a file beside it; absolute:
+// elsewhere; "" : a raw base of its own).
+void make_layer(const std::string& path, const std::string& parent) {
+    virtio::blk::ParentRef ref;
+    if (parent.empty()) {
+        ref.kind = virtio::blk::ParentKind::none;
+    } else {
+        ref.kind = virtio::blk::ParentKind::raw;
+        ref.path = parent;
+        ref.raw_bytes = kDiskBytes;
+    }
+    virtio::blk::LayerHeader header;
+    virtio::blk::create_layer_file(path, kDiskBytes, ref, header);
+}
+
+void make_raw(const std::string& path) {
+    std::ofstream(path) << "raw disk";
+    fs::resize_file(path, kDiskBytes);
+}
+
+// The daemon's bookkeeping of sandboxes and snapshots over real files, as the
+// manager does it: a sandbox is a VM directory whose top layer sits over its own raw
+// disk, or over a file of a snapshot or fork base; a snapshot hard-links the
+// sandbox's frozen files into its own directory.
+struct World {
+    TempDir tmp;
+    std::string state = tmp.path();
+    Store store{state + "/store.db"};
+    std::map<std::string, std::string> dirs;       // resource name -> directory
+    std::map<std::string, std::string> tops;       // sandbox -> its frozen file (what a snapshot links)
+    std::map<std::string, std::string> kinds;      // resource name -> vm, snapshot, fork
+
+    // A sandbox booted from an image: a raw disk.
+    void boot(const std::string& name) {
+        const std::string dir = state + "/vms/" + name;
+        fs::create_directories(dir);
+        make_raw(dir + "/disk.ext4");
+        dirs[name] = dir;
+        tops[name] = dir + "/disk.ext4";
+        kinds[name] = "vm";
+        track_dir(store, dir, "vm", name);
+    }
+    // A sandbox whose disk is a layer over `source`'s file (a snapshot or fork base).
+    void restore(const std::string& name, const std::string& source) {
+        const std::string dir = state + "/vms/" + name;
+        fs::create_directories(dir);
+        make_layer(dir + "/top.layer", tops.at(source));
+        dirs[name] = dir;
+        tops[name] = dir + "/top.layer";
+        kinds[name] = "vm";
+        track_dir(store, dir, "vm", name);
+    }
+    // A snapshot (or, with kind "fork", a fork base) of sandbox `of`: its frozen file
+    // hard-linked in; the sandbox goes on over a new top layer above it.
+    void snapshot(const std::string& name, const std::string& of, const std::string& kind = "snapshot") {
+        const std::string dir = state + (kind == "fork" ? "/forks/" : "/snapshots/") + name;
+        fs::create_directories(dir);
+        const std::string frozen = tops.at(of);
+        const std::string linked = dir + "/" + fs::path(frozen).filename().string();
+        REQUIRE(::link(frozen.c_str(), linked.c_str()) == 0);
+        dirs[name] = dir;
+        tops[name] = linked;
+        kinds[name] = kind;
+        track_dir(store, dir, kind, kind == "fork" ? "" : name);
+        // The sandbox's new top, over the frozen file (by its plain name).
+        const std::string top = dirs.at(of) + "/top-" + name + ".layer";
+        make_layer(top, fs::path(frozen).filename().string());
+        tops[of] = top;
+    }
+    void remove(const std::string& name) {
+        release_and_collect(store, dirs.at(name));
+        dirs.erase(name);
+    }
+    // Every kept resource's whole chain is on disk.
+    bool chains_intact(std::string& why) const {
+        for (const auto& [name, dir] : dirs) {
+            std::string path = tops.at(name);
+            for (int depth = 0; depth < 64 && !path.empty(); ++depth) {
+                if (!fs::exists(path)) {
+                    why = name + ": " + path + " is gone";
+                    return false;
+                }
+                Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+                if (!virtio::blk::is_layer_file(fd.get())) break;
+                const std::string parent = virtio::blk::read_layer_header(fd.get(), path).parent.path;
+                if (parent.empty()) break;
+                path = parent.find('/') == std::string::npos ? fs::path(path).parent_path().string() + "/" + parent : parent;
+            }
+        }
+        return true;
+    }
+    // Directories on disk under vms/, snapshots/ and forks/.
+    std::set<std::string> on_disk() const {
+        std::set<std::string> out;
+        for (const char* sub : {"/vms", "/snapshots", "/forks"}) {
+            std::error_code ec;
+            for (fs::directory_iterator it(state + sub, ec), end; !ec && it != end; it.increment(ec))
+                out.insert(it->path().string());
+        }
+        return out;
+    }
+};
+
+TEST_CASE("store: a new store is at the latest schema version, and opening it again migrates nothing", "[daemon][store]") {
+    TempDir tmp;
+    {
+        Store store(tmp.path() + "/store.db");
+        CHECK(store.schema_version() == latest_schema_version());
+    }
+    Store again(tmp.path() + "/store.db");
+    CHECK(again.schema_version() == latest_schema_version());
+}
+
+TEST_CASE("store: a store newer than this build is refused with the versions", "[daemon][store]") {
+    TempDir tmp;
+    {
+        Database db(tmp.path() + "/store.db");
+        db.exec("CREATE TABLE schema_version (version INTEGER NOT NULL); INSERT INTO schema_version VALUES (99)");
+    }
+    CHECK_THROWS_WITH(Store(tmp.path() + "/store.db"), Catch::Contains("schema version 99, newer than"));
+}
+
+TEST_CASE("store: sandbox records round-trip, filter by state and label, page by id", "[daemon][store]") {
+    TempDir tmp;
+    Store store(tmp.path() + "/store.db");
+    std::vector<SandboxRecord> made;
+    for (int i = 0; i < 5; ++i) {
+        SandboxRecord r;
+        r.id = "0000000" + std::to_string(i) + "-0000-4000-8000-000000000000";
+        r.vm_id = "abcdef01234" + std::to_string(i);
+        r.state = i % 2 ? "paused" : "running";
+        r.cpus = 1 + i % 4;
+        r.memory_mb = 256;
+        r.disable_internet = i == 3;
+        r.image = "default";
+        r.labels = {{"team", i < 3 ? "ml" : "web"}, {"n", std::to_string(i)}};
+        r.timeout_s = i == 0 ? std::optional<int64_t>() : std::optional<int64_t>(60 * i);
+        r.end_at_ms = r.timeout_s ? std::optional<int64_t>(1000 + i) : std::nullopt;
+        r.created_ms = 100 + i;
+        r.updated_ms = 200 + i;
+        store.put_sandbox(r);
+        made.push_back(r);
+    }
+    CHECK(store.sandbox(made[3].id) == made[3]);
+    CHECK_FALSE(store.sandbox("nope").has_value());
+    CHECK(store.sandboxes({.state = "paused"}).size() == 2);
+    CHECK(store.sandboxes({.labels = {{"team", "ml"}}}).size() == 3);
+    CHECK(store.sandboxes({.state = "running", .labels = {{"team", "ml"}}}).size() == 2);
+    CHECK(store.sandboxes({.labels = {{"team", "ml"}, {"n", "1"}}}).size() == 1);
+    const auto page1 = store.sandboxes({.limit = 2});
+    REQUIRE(page1.size() == 2);
+    const auto page2 = store.sandboxes({.after = page1.back().id, .limit = 2});
+    REQUIRE(page2.size() == 2);
+    CHECK(page2.front().id == made[2].id);
+    CHECK(store.count_by_state() == std::map<std::string, int64_t>{{"paused", 2}, {"running", 3}});
+    store.delete_sandbox(made[0].id);
+    CHECK(store.all_sandboxes().size() == 4);
+}
+
+TEST_CASE("store: snapshot records round-trip and list per sandbox", "[daemon][store]") {
+    TempDir tmp;
+    Store store(tmp.path() + "/store.db");
+    SnapshotRecord a{"a0000000-0000-4000-8000-000000000000", "s1", "/x/a", "ready", true, "", 1, 256, false, "default", 5};
+    SnapshotRecord b{"b0000000-0000-4000-8000-000000000000", "s2", "/x/b", "saving", false, "", 2, 512, true, "tiny", 6};
+    store.put_snapshot(a);
+    store.put_snapshot(b);
+    CHECK(store.snapshot(a.id) == a);
+    CHECK(store.snapshots("s2", "", 10) == std::vector<SnapshotRecord>{b});
+    CHECK(store.snapshots("", a.id, 10) == std::vector<SnapshotRecord>{b});
+    b.durable = true;
+    b.state = "ready";
+    store.put_snapshot(b);
+    CHECK(store.snapshot(b.id)->durable);
+    store.delete_snapshot(a.id);
+    CHECK_FALSE(store.snapshot(a.id).has_value());
+}
+
+TEST_CASE("store: the layer chain's external files are found over real layer files", "[daemon][store]") {
+    World w;
+    w.boot("x");
+    w.snapshot("A", "x");
+    w.restore("r", "A");
+    w.snapshot("B", "r");
+    // B holds r's old top (a layer over A's disk.ext4): its one external file.
+    CHECK(external_files(w.dirs["B"]) == std::vector<std::string>{w.dirs["A"] + "/disk.ext4"});
+    CHECK(external_files(w.dirs["A"]).empty());
+    CHECK(external_files(w.dirs["r"]) == std::vector<std::string>{w.dirs["A"] + "/disk.ext4"});
+    CHECK(w.store.refs(w.dirs["B"]) == external_files(w.dirs["B"]));
+    CHECK(external_files(w.state + "/nowhere").empty());
+}
+
+// Every order of deleting the four resources of one chain: sandbox x, its snapshot
+// A, sandbox r restored from A, r's snapshot B (whose layer names A's file).
+TEST_CASE("store: deleting sandboxes and snapshots in any order keeps every kept chain whole and frees the rest",
+          "[daemon][store]") {
+    std::vector<std::string> order{"A", "B", "r", "x"};
+    int orders = 0;
+    do {
+        World w;
+        w.boot("x");
+        w.snapshot("A", "x");
+        w.restore("r", "A");
+        w.snapshot("B", "r");
+        const std::string a_dir = w.dirs["A"];
+        std::string sequence;
+        for (const std::string& name : order) {
+            sequence += name + " ";
+            w.remove(name);
+            std::string why;
+            INFO("deleted: " << sequence);
+            REQUIRE(w.chains_intact(why));
+            // A's directory stays exactly while B or r (whose files name it) stays.
+            const bool a_needed = w.dirs.count("A") || w.dirs.count("B") || w.dirs.count("r");
+            CHECK(fs::exists(a_dir) == a_needed);
+        }
+        INFO("deleted: " << sequence);
+        CHECK(w.on_disk().empty());
+        CHECK(w.store.dirs().empty());
+        ++orders;
+    } while (std::next_permutation(order.begin(), order.end()));
+    CHECK(orders == 24);
+}
+
+// A snapshot of a fork child, then the parent and the child deleted, then a restore
+// of that snapshot: the fork base's file stays for it.
+TEST_CASE("store: a snapshot of a fork child keeps the fork base after parent and child are deleted",
+          "[daemon][store]") {
+    std::vector<std::string> order{"S", "c", "p", "restored"};
+    int orders = 0;
+    do {
+        World w;
+        w.boot("p");
+        w.snapshot("F", "p", "fork");  // the fork base (released: only its users keep it)
+        w.restore("c", "F");           // the fork child
+        w.store.release_dir(w.dirs["F"]);  // nobody owns a fork base: its users keep it
+        w.snapshot("S", "c");
+        w.restore("restored", "S");
+        const std::string base = w.dirs["F"];
+        w.dirs.erase("F");  // not a resource of its own
+        std::string sequence;
+        for (const std::string& name : order) {
+            sequence += name + " ";
+            w.remove(name);
+            INFO("deleted: " << sequence);
+            std::string why;
+            REQUIRE(w.chains_intact(why));
+            const bool base_needed = w.dirs.count("c") || w.dirs.count("S") || w.dirs.count("restored");
+            CHECK(fs::exists(base) == base_needed);
+        }
+        CHECK(w.on_disk().empty());
+        CHECK(w.store.dirs().empty());
+        ++orders;
+    } while (std::next_permutation(order.begin(), order.end()));
+    CHECK(orders == 24);
+}
+
+TEST_CASE("store: a removal cut short is finished at the next start", "[daemon][store]") {
+    World w;
+    w.boot("x");
+    w.snapshot("A", "x");
+    // As if the daemon died between marking A's directory and removing it.
+    w.store.release_dir(w.dirs["A"]);
+    REQUIRE(w.store.collect() == std::vector<std::string>{w.dirs["A"]});
+    CHECK(fs::exists(w.dirs["A"]));
+    Store reopened(w.state + "/store.db");
+    CHECK(finish_removals(reopened) == std::vector<std::string>{w.dirs["A"]});
+    CHECK_FALSE(fs::exists(w.dirs["A"]));
+    CHECK(fs::exists(w.dirs["x"]));
+}
+
+}  // namespace
