@@ -195,10 +195,13 @@ uint32_t MmioTransport::read_register(uint32_t offset) {
 void MmioTransport::write_register(uint32_t offset, uint32_t value) {
     Virtqueue* q = selected_queue();
     const uint32_t st = status_.load();
-    // Queue layout may change only while the queue is not ready and the device not live.
+    // Queue layout may change only while the queue is not ready and the device not
+    // activated. Activated, not live: a device that failed (NEEDS_RESET) is no longer
+    // live but still owns its queues (I/O in flight completes against them) until
+    // the driver resets it.
     const auto queue_writable = [&](const char* reg) {
         if (!q) return false;
-        if (q->state().ready || live_) {
+        if (q->state().ready || active_) {
             uint64_t suppressed = 0;
             if (log_limit_.allow(suppressed))
                 log_line(fmt::format("{}: {} of live queue {} ignored", device_.name(), reg, queue_sel_));
@@ -226,6 +229,15 @@ void MmioTransport::write_register(uint32_t offset, uint32_t value) {
         case mmio::kQueueDeviceHigh: if (queue_writable("QueueDeviceHigh")) set_high32(q->state().used_ring, value); return;
         case mmio::kQueueReady:
             if (!q) return;
+            if (active_) {  // readiness is fixed from DRIVER_OK until the reset (see queue_writable)
+                if (value != (q->state().ready ? 1u : 0u)) {
+                    uint64_t suppressed = 0;
+                    if (log_limit_.allow(suppressed))
+                        log_line(fmt::format("{}: QueueReady={} of queue {} ignored while the device is active",
+                                             device_.name(), value, queue_sel_));
+                }
+                return;
+            }
             if (value == 1 && !q->state().ready) {
                 try {
                     q->check_layout(memory_);
@@ -233,7 +245,7 @@ void MmioTransport::write_register(uint32_t offset, uint32_t value) {
                 } catch (const QueueError& e) {
                     fail(e.what());
                 }
-            } else if (value == 0 && !live_) {
+            } else if (value == 0) {
                 q->state().ready = false;
             }
             return;

@@ -109,13 +109,15 @@ private:
     std::atomic<uint32_t> status_{0};
     std::atomic<uint32_t> interrupt_status_{0};
     std::atomic<uint32_t> config_generation_{0};
-    std::atomic<bool> live_{false};
-    std::atomic<bool> fail_reported_{false};  // fail() ran since the last reset  // activated after DRIVER_OK (set on the loop thread), not failed or reset
+    std::atomic<bool> live_{false};  // activated after DRIVER_OK (set on the loop thread), not failed or reset
+    std::atomic<bool> fail_reported_{false};  // fail() ran since the last reset
     uint32_t device_features_sel_ = 0;
     uint32_t driver_features_sel_ = 0;
     uint64_t driver_features_ = 0;
     uint32_t queue_sel_ = 0;
-    std::unique_ptr<ActiveDevice> active_;  // while DRIVER_OK and not reset
+    /// From DRIVER_OK until reset, failed or not: while set, queue layout and
+    /// readiness are fixed (the device may still complete I/O into the rings).
+    std::unique_ptr<ActiveDevice> active_;
     RateLimiter log_limit_;
 };
 

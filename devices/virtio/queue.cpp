@@ -129,7 +129,14 @@ void Virtqueue::walk(const GuestMemory& memory, DescriptorChain& chain, uint64_t
     }
 }
 
+void Virtqueue::require_ready(const char* what) const {
+    // Not ready: the driver never laid the rings out, or the size and addresses are
+    // not the ones check_layout accepted (size 0 would divide by zero below).
+    if (!state_.ready || state_.size == 0) fail(fmt::format("{} on a queue that is not ready", what));
+}
+
 void Virtqueue::push_used(GuestMemory& memory, uint16_t head, uint32_t written) {
+    require_ready("push_used");
     QueueState& s = state_;
     try {
         const uint64_t slot = s.next_used % s.size;
@@ -147,6 +154,7 @@ void Virtqueue::push_used(GuestMemory& memory, uint16_t head, uint32_t written) 
 
 bool Virtqueue::needs_interrupt(const GuestMemory& memory) {
     QueueState& s = state_;
+    if (!s.ready || s.size == 0) return false;
     // The used index store must be visible before the driver's suppression fields are
     // read, or an interrupt can be lost (the driver's virtio_mb pairs with this).
     std::atomic_thread_fence(std::memory_order_seq_cst);
@@ -166,6 +174,7 @@ bool Virtqueue::needs_interrupt(const GuestMemory& memory) {
 
 bool Virtqueue::enable_notification(GuestMemory& memory, bool enable) {
     QueueState& s = state_;
+    if (!s.ready || s.size == 0) return false;  // no rings to write; pop() finds nothing either
     if (s.event_idx) {
         if (!enable) return false;  // avail_event left behind: the driver stops kicking once past it
         memory.write(Gpa(s.used_ring + kRingEntries + 8 * uint64_t{s.size}), s.next_avail);
@@ -179,6 +188,7 @@ bool Virtqueue::enable_notification(GuestMemory& memory, bool enable) {
 }
 
 uint16_t Virtqueue::notify_on_next_avail(GuestMemory& memory) {
+    require_ready("notify_on_next_avail");
     QueueState& s = state_;
     const uint16_t avail = read_avail_idx(memory);
     try {

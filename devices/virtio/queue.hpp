@@ -95,25 +95,29 @@ public:
 
     /// Returns chain `head` to the driver with `written` bytes written into its
     /// writable buffers (§2.7.8): used element, then (release) the used index.
-    /// Throws QueueError if the used ring is outside guest memory.
+    /// Throws QueueError if the queue is not ready (nothing is written) or the used
+    /// ring is outside guest memory.
     void push_used(GuestMemory& memory, uint16_t head, uint32_t written);
 
     /// After one or more push_used: whether the driver asked to be interrupted
     /// (EVENT_IDX: used_event crossed, §2.7.10; else no VIRTQ_AVAIL_F_NO_INTERRUPT).
-    /// Records the used index as signalled when it returns true.
+    /// Records the used index as signalled when it returns true. False on a queue
+    /// that is not ready.
     bool needs_interrupt(const GuestMemory& memory);
 
     /// Whether the driver should notify the device on new buffers. With EVENT_IDX this
     /// writes avail_event = next_avail (or leaves it behind when disabling); without,
     /// sets/clears VIRTQ_USED_F_NO_NOTIFY. Returns true if new chains arrived
     /// meanwhile when enabling (the caller must then pop again: no kick will come).
+    /// On a queue that is not ready: writes nothing, returns false.
     bool enable_notification(GuestMemory& memory, bool enable);
 
     /// Asks the driver to notify on the very next buffer it makes available, even
     /// while earlier ones are still unconsumed: with EVENT_IDX, avail_event = the
     /// driver's current avail idx (virtio 1.2 §2.7.10: it notifies once its idx
     /// passes that); without, clears VIRTQ_USED_F_NO_NOTIFY. Returns the driver's
-    /// avail idx it read. Throws QueueError if the ring lies outside guest RAM.
+    /// avail idx it read. Throws QueueError if the queue is not ready or the ring
+    /// lies outside guest RAM.
     uint16_t notify_on_next_avail(GuestMemory& memory);
 
     /// The driver's avail idx as it is in guest memory now (§2.7.6). Throws QueueError.
@@ -124,6 +128,8 @@ public:
 
 private:
     uint16_t read_avail_idx(const GuestMemory& memory) const;
+    /// Throws QueueError naming `what` unless the queue is ready with a size > 0.
+    void require_ready(const char* what) const;
     void walk(const GuestMemory& memory, DescriptorChain& chain, uint64_t table, uint32_t count,
               uint16_t first, bool in_indirect, uint32_t& visited) const;
     [[noreturn]] void fail(const std::string& what) const;

@@ -439,8 +439,14 @@ void BlockDevice::finish(uint16_t slot_index, uint8_t status) {
     in_flight_.fetch_sub(1, std::memory_order_relaxed);
 }
 
-// Status byte, then the used element (push_used orders them for the driver).
+// Status byte, then the used element (push_used orders them for the driver). A
+// failed device (NEEDS_RESET) answers nothing: its rings are the driver's to reset,
+// so the request is dropped and counted.
 void BlockDevice::answer(const BlockRequest& request, uint8_t status) {
+    if (active_->link.failed()) {
+        counters_.dropped_at_reset.fetch_add(1, std::memory_order_relaxed);
+        return;
+    }
     *request.status_byte = status;
     mark_guest_dirty(request.status_byte, 1);
     count(request, status);
@@ -469,8 +475,9 @@ void BlockDevice::count(const BlockRequest& request, uint8_t status) {
     }
 }
 
-// Handles every completion that has arrived. With deliver == false (reset) the
-// requests are dropped without touching guest memory or the rings.
+// Handles every completion that has arrived. With deliver == false (reset), or once
+// the device failed, the requests are dropped without touching guest memory or the
+// rings, and without issuing their next step.
 void BlockDevice::reap(bool deliver) {
     io_uring* ring = ring_.get();
     io_uring_cqe* cqe = nullptr;
@@ -479,7 +486,7 @@ void BlockDevice::reap(bool deliver) {
         const int result = cqe->res;
         io_uring_cqe_seen(ring, cqe);
         --sqes_in_flight_;
-        if (deliver) {
+        if (deliver && !(active_ && active_->link.failed())) {
             on_completion(slot, result);
         } else {
             slots_[slot] = Slot{};

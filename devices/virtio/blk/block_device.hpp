@@ -79,8 +79,9 @@ struct BlockCounters {
     uint64_t bytes_written = 0; ///< data bytes of the OK writes
     uint64_t io_errors = 0;     ///< answered VIRTIO_BLK_S_IOERR (bad request or host I/O error)
     uint64_t unsupported = 0;   ///< answered VIRTIO_BLK_S_UNSUPP
-    /// Requests in flight when the driver reset the device: their I/O was waited
-    /// for, but they were never returned (the rings were gone).
+    /// Requests never returned to the driver: in flight when it reset the device
+    /// (their I/O was waited for, the rings were gone), or completed after the
+    /// device failed (NEEDS_RESET: nothing more goes into its rings until the reset).
     uint64_t dropped_at_reset = 0;
 };
 

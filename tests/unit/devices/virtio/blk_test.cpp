@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
@@ -13,6 +14,7 @@
 
 #include "devices/virtio/blk/sparse_disk.hpp"
 #include "tests/unit/devices/virtio/blk_rig.hpp"
+#include "tests/unit/vmm/event_loop_waits.hpp"
 
 using namespace nanovm;
 using namespace nanovm::virtio;
@@ -421,6 +423,64 @@ TEST_CASE("virtio-blk reset with requests in flight waits for their I/O and touc
     REQUIRE(rig.complete());
     CHECK(rig.status(r) == request_status::kOk);
     CHECK(rig.data(r) == fx::read_file_range(path, 0, 4096));
+}
+
+TEST_CASE("virtio-blk: I/O completing after NEEDS_RESET is dropped, and the failed queue cannot be unset") {
+    // Issue 15: writes in flight, then a malformed chain fails the device; the driver
+    // writes QueueReady=0 and QueueNum=0; the writes then complete. That divided by
+    // zero in push_used (SIGFPE, the VMM died). Now the registers are refused while
+    // the device is activated and the completions are dropped (counted), not pushed.
+    TempDir dir;
+    const std::string path = dir.file("disk.img");
+    fx::make_image(path, kDiskBytes);
+    BlkRig rig(disk_options(path));
+    rig.up(rig.driver.device_features() & ~blk::feature::kFlush);  // write-through (RWF_DSYNC)
+    constexpr uint32_t kWrites = 4;
+    std::vector<PostedRequest> writes;
+    for (uint32_t i = 0; i < kWrites; ++i) writes.push_back(rig.post_write(i * 128, {fx::pattern(64 * KiB, i)}));
+    for (const auto& w : writes) rig.memory.write(Gpa(w.status_gpa), uint8_t{0xee});
+    // Only a readable header: no status byte to answer in, so the device fails.
+    rig.driver.post(0, {test::TestBuffer::in(fx::blk_header(request_type::kFlush, 0))});
+
+    // The kick is handled in one loop turn (writes submitted, device failed); the task
+    // posted meanwhile runs right after that turn, before any completion is reaped.
+    // Then the completions are reaped by the loop, or by a snapshot's drain() first.
+    bool drain = false;
+    SECTION("completions reaped by the loop") {}
+    SECTION("completions reaped by drain()") { drain = true; }
+    std::atomic<bool> holding{false}, release{false};
+    rig.loop.run_sync([&] {
+        rig.driver.kick(0);
+        rig.loop.post([&] {
+            holding = true;
+            while (!release) std::this_thread::sleep_for(std::chrono::microseconds(100));
+            if (drain) rig.device.drain();
+        });
+    });
+    REQUIRE(test::eventually([&] { return holding.load(); }));
+    CHECK((rig.status_register() & status::kDeviceNeedsReset) != 0);
+    CHECK(rig.device.in_flight() == kWrites);
+    rig.driver.set_reg(mmio::kQueueSel, 0);
+    rig.driver.set_reg(mmio::kQueueReady, 0);
+    rig.driver.set_reg(mmio::kQueueNum, 0);
+    CHECK(rig.driver.reg(mmio::kQueueReady) == 1);
+    CHECK(rig.driver.reg(mmio::kQueueNum) == BlockDevice::kQueueSize);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the writes complete meanwhile
+    release = true;
+    REQUIRE(test::eventually([&] { return rig.device.in_flight() == 0; }));
+    test::settle(rig.loop);
+    CHECK(rig.driver.queue(0).used_idx() == 0);
+    for (const auto& w : writes) CHECK(rig.status(w) == 0xee);
+    CHECK(rig.device.counters().dropped_at_reset == kWrites);
+    CHECK(rig.device.counters().writes == 0);
+
+    // The driver resets the device and it works again.
+    rig.driver.set_reg(mmio::kStatus, 0);
+    rig.memory.write_bytes(Gpa(0x10000), std::vector<uint8_t>(0x10000, 0));
+    rig.up();
+    const PostedRequest r = rig.post_read(0, {4096});
+    REQUIRE(rig.complete());
+    CHECK(rig.status(r) == request_status::kOk);
 }
 
 TEST_CASE("virtio-blk: a read past the end of a file that shrank is IOERR with used length 1") {

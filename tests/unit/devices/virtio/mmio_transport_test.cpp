@@ -233,6 +233,37 @@ TEST_CASE("virtio-mmio: queue registers are ignored while the queue is ready or 
     CHECK(b.transport.queue_states()[1].size == 8);
 }
 
+TEST_CASE("virtio-mmio: a device in NEEDS_RESET keeps its queue layout and readiness until the driver resets it",
+          "[virtio][mmio]") {
+    // Issue 15: a failed device stops being live but stays activated (its in-flight
+    // work still completes); QueueReady=0 then QueueNum=0 must not reach its queues.
+    EventLoop loop;
+    TransportBench b(loop);
+    REQUIRE(b.driver.bring_up());
+    b.device.throw_on_notify = true;
+    b.driver.kick(0);
+    REQUIRE(eventually([&] { return (b.transport.status() & status::kDeviceNeedsReset) != 0; }));
+    const QueueState before = b.transport.queue_states()[0];
+    b.driver.set_reg(mmio::kQueueSel, 0);
+    b.driver.set_reg(mmio::kQueueReady, 0);
+    b.driver.set_reg(mmio::kQueueNum, 0);
+    b.driver.set_reg(mmio::kQueueDescLow, 0x40000);
+    b.driver.set_reg(mmio::kQueueSel, 1);
+    b.driver.set_reg(mmio::kQueueReady, 0);
+    const QueueState now = b.transport.queue_states()[0];
+    CHECK(now.ready);
+    CHECK(now.size == before.size);
+    CHECK(now.desc_table == before.desc_table);
+    CHECK(b.transport.queue_states()[1].ready);
+    CHECK(b.driver.reg(mmio::kQueueReady) == 1);
+    // The reset frees the layout again.
+    b.device.throw_on_notify = false;
+    b.driver.set_reg(mmio::kStatus, 0);
+    b.driver.set_reg(mmio::kQueueSel, 0);
+    b.driver.set_reg(mmio::kQueueNum, 4);
+    CHECK(b.transport.queue_states()[0].size == 4);
+}
+
 TEST_CASE("virtio-mmio: QueueReady with a bad layout sets DEVICE_NEEDS_RESET and interrupts", "[virtio][mmio]") {
     EventLoop loop;
     TransportBench b(loop);

@@ -364,6 +364,25 @@ TEST_CASE("virtqueue: pop returns nothing when the queue is not ready or the rin
     CHECK_FALSE(b.queue.pop(b.memory));
 }
 
+TEST_CASE("virtqueue: a queue that is not ready publishes nothing, whatever its size", "[virtio][queue]") {
+    // Issue 15: push_used on a queue whose size the driver set to 0 divided by zero.
+    QueueBench b;
+    b.ring->set_descriptor(0, {kBuffers, 8, desc_flags::kWrite, 0});
+    b.ring->publish(0);
+    const auto chain = b.queue.pop(b.memory);
+    REQUIRE(chain);
+    b.queue.state().ready = false;
+    b.queue.state().size = 0;
+    CHECK_THROWS_AS(b.queue.push_used(b.memory, chain->head, 8), QueueError);
+    CHECK_FALSE(b.queue.needs_interrupt(b.memory));
+    CHECK_FALSE(b.queue.enable_notification(b.memory, true));
+    CHECK_THROWS_AS(b.queue.notify_on_next_avail(b.memory), QueueError);
+    CHECK(b.ring->used_idx() == 0);
+    b.queue.state().size = kSize;
+    CHECK_THROWS_AS(b.queue.push_used(b.memory, chain->head, 8), QueueError);
+    CHECK(b.ring->used_idx() == 0);
+}
+
 TEST_CASE("virtqueue: zero-length descriptors are skipped", "[virtio][queue]") {
     QueueBench b;
     b.ring->set_descriptor(0, {kBuffers, 0, kNext, 1});
