@@ -90,7 +90,7 @@ void Serial::fill_fifo() {
     const bool listening = (ier_ & kIerRxData) && (mcr_ & kMcrOut2) && !(mcr_ & kMcrLoop);
     if (!listening || backlog_.empty()) return;
     while (fifo_.size() < kFifoSize && !backlog_.empty()) {
-        fifo_.push_back(backlog_.front());
+        fifo_.push_back({backlog_.front(), true});
         backlog_.pop_front();
     }
 }
@@ -110,7 +110,7 @@ uint8_t Serial::read_register(uint8_t reg) {
             if (dlab) return dll_;
             uint8_t byte = 0;
             if (!fifo_.empty()) {
-                byte = fifo_.front();
+                byte = fifo_.front().value;
                 fifo_.pop_front();
             }
             update_irq();  // refills the FIFO from the backlog
@@ -162,7 +162,7 @@ void Serial::write_register(uint8_t reg, uint8_t value) {
             update_irq();
             if (mcr_ & kMcrLoop) {
                 if (fifo_.size() < kFifoSize)
-                    fifo_.push_back(value);
+                    fifo_.push_back({value, false});
                 else
                     lsr_errors_ |= kLsrOverrun;
             } else if (output_) {
@@ -186,12 +186,17 @@ void Serial::write_register(uint8_t reg, uint8_t value) {
             return;
         case kIirFcr:
             // Changing the FIFO enable bit, or FCR bit 1, empties the receive FIFO.
-            // Bytes the guest never read go back to the front of the host's backlog
-            // instead of being dropped: Linux clears the FIFO while it (re)starts the
-            // port (uart startup, set_termios, autoconfig), and host input typed or
-            // piped before that must still arrive once the guest listens.
+            // Host bytes the guest never read go back to the front of the host's
+            // backlog instead of being dropped: Linux clears the FIFO while it
+            // (re)starts the port (uart startup, set_termios, autoconfig), and host
+            // input typed or piped before that must still arrive once the guest
+            // listens. Loopback bytes are the guest's own: discarded, as the real
+            // part's clear does (put back, they would grow the backlog without bound).
+            // The host bytes came from the backlog, which receive() keeps within
+            // kRxCapacity, so the backlog stays within kRxCapacity + kFifoSize.
             if (((fcr_ ^ value) & kFcrEnable) || (value & kFcrClearRx)) {
-                backlog_.insert(backlog_.begin(), fifo_.begin(), fifo_.end());
+                for (auto it = fifo_.rbegin(); it != fifo_.rend(); ++it)
+                    if (it->from_host) backlog_.push_front(it->value);
                 fifo_.clear();
             }
             fcr_ = value & 0xc9;  // enable, DMA mode, trigger level (bits 1-2 self-clear)
@@ -225,6 +230,11 @@ size_t Serial::rx_space_locked() const {
 size_t Serial::rx_space() const {
     std::lock_guard lock(mutex_);
     return rx_space_locked();
+}
+
+size_t Serial::buffered_bytes() const {
+    std::lock_guard lock(mutex_);
+    return backlog_.size() + fifo_.size();
 }
 
 SerialState Serial::save_state() const {

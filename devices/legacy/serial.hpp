@@ -9,7 +9,9 @@
 // (IER data-ready interrupt enabled and MCR.OUT2 set, as Linux's 8250 driver does once
 // a tty is open), so input typed before the guest opens its console is not thrown
 // away by the FIFO resets the driver does while it starts (an FCR reset puts unread
-// FIFO bytes back at the front of the backlog).
+// host bytes of the FIFO back at the front of the backlog; bytes the guest looped
+// back to itself are discarded, as the real part's clear does). Host memory is
+// bounded: at most kRxCapacity + kFifoSize bytes are held whatever the guest does.
 // Interrupts: IIR reports the highest-priority pending source (line status > data
 // ready > THR empty > modem status); the THRE source is cleared by reading IIR while
 // it is the one reported, or by writing THR. The IRQ line is high while a source is
@@ -61,6 +63,9 @@ public:
     size_t receive(std::span<const uint8_t> bytes);
     /// Free space in the receive backlog, bytes.
     size_t rx_space() const;
+    /// Bytes held for the guest to read: the host backlog plus the receive FIFO. At
+    /// most kRxCapacity + kFifoSize whatever the guest does. Any thread.
+    size_t buffered_bytes() const;
 
     /// The registers (for a snapshot; vCPUs paused). Any thread.
     SerialState save_state() const;
@@ -83,7 +88,12 @@ private:
     OutputSink output_;
     mutable std::mutex mutex_;
     std::deque<uint8_t> backlog_;  // from the host, not yet in the FIFO
-    std::deque<uint8_t> fifo_;     // what the guest reads (<= kFifoSize)
+    /// One byte of the receive FIFO and where it came from.
+    struct FifoByte {
+        uint8_t value;
+        bool from_host;  ///< host input (kept across an FCR clear), not loopback
+    };
+    std::deque<FifoByte> fifo_;    // what the guest reads (<= kFifoSize)
     uint8_t ier_ = 0;
     uint8_t fcr_ = 0;
     uint8_t lcr_ = 0;

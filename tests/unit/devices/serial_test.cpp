@@ -176,3 +176,29 @@ TEST_CASE("8250: an FCR reset keeps unread input, and the backlog stays bounded"
     CHECK(read == Serial::kRxCapacity + Serial::kFifoSize);  // nothing lost
     CHECK(u.serial.rx_space() == Serial::kRxCapacity);
 }
+
+TEST_CASE("8250: loopback bytes are discarded by an FCR clear; host memory stays bounded", "[devices][serial]") {
+    // Issue 15: an FCR clear moved loopback bytes into the host input backlog, which
+    // nothing drained in loopback mode: ~16 bytes of VMM memory per round, forever,
+    // and the console's input blocked meanwhile.
+    Uart u;
+    u.out(MCR, kLoop | kOut2);
+    u.out(IER, 0x01);
+    for (int round = 0; round < 10000; ++round) {
+        for (int i = 0; i < 16; ++i) u.out(THR, 'L');
+        u.out(FCR, 0x02);
+    }
+    CHECK(u.serial.buffered_bytes() == 0);
+    CHECK(u.serial.rx_space() == Serial::kRxCapacity);
+    CHECK((u.in(LSR) & 0x01) == 0);  // the clear emptied the FIFO, as on the real part
+    // Host input typed meanwhile still arrives once the guest leaves loopback.
+    CHECK(u.receive("hi") == 2);
+    for (int i = 0; i < 16; ++i) u.out(THR, 'L');  // loopback bytes mixed with...
+    u.out(MCR, kOut2);                               // ...host bytes after loopback ends
+    CHECK(u.in(RBR) == 'L');
+    u.out(FCR, 0x02);  // drops the 15 loopback bytes left, keeps the host's
+    std::string got;
+    while (u.in(LSR) & 0x01) got += static_cast<char>(u.in(RBR));
+    CHECK(got == "hi");
+    CHECK(u.serial.buffered_bytes() == 0);
+}
