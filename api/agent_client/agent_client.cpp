@@ -15,6 +15,7 @@
 #include <system_error>
 
 #include "guest-init/protocol/errno_names.hpp"
+#include "vmm/printable.hpp"
 
 namespace nanovm::agent {
 
@@ -51,6 +52,8 @@ struct AgentClient::Pending {
                          kStat = kStatRequest, kOk = kOkRequest;
     int kind = kOk;
     bool done = false;
+    /// A command's own bound: started + timeout + exit_grace (none without a timeout).
+    std::optional<std::chrono::steady_clock::time_point> end;
     std::optional<proto::ErrorReport> error;
     OutputCallbacks callbacks;
     ExecResult result;
@@ -94,7 +97,9 @@ void collect(std::string& into, std::string_view data, size_t limit, bool& trunc
 }  // namespace
 
 AgentError::AgentError(std::string errno_name, std::string message)
-    : std::runtime_error(errno_name + ": " + message), errno_name_(std::move(errno_name)), message_(std::move(message)) {}
+    : std::runtime_error(printable(errno_name) + ": " + printable(message)),
+      errno_name_(printable(errno_name)),
+      message_(printable(message)) {}
 
 int AgentError::errno_value() const { return proto::errno_from_name(errno_name_); }
 
@@ -132,8 +137,8 @@ void AgentClient::hello(std::chrono::milliseconds timeout) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (!hello_done_) {
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-        if (left.count() <= 0) throw ConnectionError("no HELLO_REPLY from the agent in time");
-        pump(static_cast<int>(left.count()));
+        if (left.count() <= 0) throw TimeoutError("no HELLO_REPLY from the agent in time");
+        pump_until(deadline, "HELLO_REPLY");
     }
 }
 
@@ -165,6 +170,7 @@ void AgentClient::write_some() {
         const ssize_t n = ::send(socket_.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
             output_.consume(static_cast<size_t>(n));
+            last_progress_ = Clock::now();
         } else if (n < 0 && errno == EINTR) {
             continue;
         } else if (n < 0 && errno == EAGAIN) {
@@ -184,7 +190,10 @@ void AgentClient::read_some() {
         const ssize_t n = ::recv(socket_.get(), buf, kReadSize, MSG_DONTWAIT);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && errno == EAGAIN) return;
-        if (n > 0) parser_.commit(static_cast<size_t>(n));
+        if (n > 0) {
+            parser_.commit(static_cast<size_t>(n));
+            last_progress_ = Clock::now();
+        }
         for (;;) {
             proto::Frame frame;
             const auto status = parser_.next(frame);
@@ -211,14 +220,39 @@ void AgentClient::pump(int timeout_ms) {
     if (p.revents & (POLLIN | POLLHUP | POLLERR)) read_some();
 }
 
-void AgentClient::poll(std::chrono::milliseconds timeout) { pump(static_cast<int>(timeout.count())); }
+void AgentClient::pump_until(std::optional<Clock::time_point> until, const std::string& what) {
+    if (deadline_ && (!until || *deadline_ < *until)) until = deadline_;
+    if (!until) return pump(-1);
+    const auto now = Clock::now();
+    if (now >= *until) throw TimeoutError("no answer from the agent in time (" + what + ")");
+    // Rounded up, so that the wait does not end just before the deadline and spin.
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(*until - now).count();
+    pump(static_cast<int>(std::min<int64_t>(left, 24 * 3600 * 1000)));
+}
+
+void AgentClient::poll(std::chrono::milliseconds timeout) {
+    if (deadline_) {
+        const auto now = Clock::now();
+        if (now >= *deadline_) throw TimeoutError("no answer from the agent in time (the connection's deadline)");
+        timeout = std::min(timeout, std::chrono::ceil<std::chrono::milliseconds>(*deadline_ - now));
+    }
+    pump(static_cast<int>(timeout.count()));
+}
+
+std::optional<std::chrono::steady_clock::time_point> AgentClient::deadline_for(RequestId id) const {
+    std::optional<Clock::time_point> end = deadline_;
+    const auto it = pending_.find(id);
+    if (it != pending_.end() && it->second->end && (!end || *it->second->end < *end)) end = it->second->end;
+    return end;
+}
 
 void AgentClient::handle(const proto::Frame& frame) {
     if (frame.id == proto::kConnectionId) {
         switch (frame.type) {
             case MessageType::kError: {
                 const auto e = decoded<proto::ErrorReport>(frame);
-                throw ConnectionError("the agent closed the connection: " + e.errno_name + ": " + e.message);
+                throw ConnectionError("the agent closed the connection: " + printable(e.errno_name) + ": " +
+                                      printable(e.message));
             }
             case MessageType::kPong:
                 pong_ = true;
@@ -229,7 +263,7 @@ void AgentClient::handle(const proto::Frame& frame) {
                     reply.version > proto::kProtocolVersion)
                     throw ConnectionError("unexpected HELLO_REPLY (version " + std::to_string(reply.version) + ")");
                 protocol_version_ = reply.version;
-                agent_software_ = reply.software;
+                agent_software_ = printable(reply.software);  // the guest's text
                 hello_done_ = true;
                 return;
             }
@@ -298,11 +332,16 @@ void AgentClient::handle(const proto::Frame& frame) {
 }
 
 void AgentClient::wait_done(RequestId id) {
+    last_progress_ = Clock::now();  // the idle bound counts from the start of this wait
     for (;;) {
         auto it = pending_.find(id);
         if (it == pending_.end()) throw std::invalid_argument("no request " + std::to_string(id) + " in flight");
-        if (it->second->done) return;
-        pump(-1);
+        const Pending& p = *it->second;
+        if (p.done) return;
+        // A command's end: its own bound (or none); anything else: reply_timeout idle.
+        const std::optional<Clock::time_point> until = p.kind == Pending::kExec ? p.end : idle_deadline();
+        pump_until(until, p.kind == Pending::kExec ? "the end of command " + std::to_string(id)
+                                                   : "the answer to request " + std::to_string(id));
     }
 }
 
@@ -323,8 +362,9 @@ bool AgentClient::done(RequestId id) const {
 std::chrono::microseconds AgentClient::ping() {
     const auto start = std::chrono::steady_clock::now();
     pong_ = false;
+    last_progress_ = start;
     send(MessageType::kPing, proto::kConnectionId, "ping");
-    while (!pong_) pump(-1);
+    while (!pong_) pump_until(idle_deadline(), "PONG");
     return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start);
 }
 
@@ -348,6 +388,7 @@ RequestId AgentClient::start(const Command& command, OutputCallbacks callbacks) 
     const RequestId id = next_id();
     Pending& p = add_pending(id, Pending::kExec);
     p.callbacks = std::move(callbacks);
+    if (command.timeout.count() > 0) p.end = Clock::now() + command.timeout + limits_.exit_grace;
     send(MessageType::kExec, id, proto::encode(request));
     if (command.stdin_data) {
         send_stdin(id, *command.stdin_data);
@@ -359,7 +400,13 @@ RequestId AgentClient::start(const Command& command, OutputCallbacks callbacks) 
 void AgentClient::send_stdin(RequestId id, std::string_view data) {
     while (!data.empty()) {
         const size_t n = std::min<size_t>(data.size(), kWriteChunk);
-        while (output_.size() > kOutputHighWater) pump(-1);
+        while (output_.size() > kOutputHighWater) {
+            // The agent takes stdin as the command reads it: wait as long as the
+            // command may run. Once it has ended, its stdin goes nowhere.
+            const auto it = pending_.find(id);
+            if (it == pending_.end() || it->second->done) return;
+            pump_until(it->second->end, "stdin of command " + std::to_string(id));
+        }
         send(MessageType::kStdin, id, data.substr(0, n));
         data.remove_prefix(n);
     }
@@ -384,10 +431,11 @@ uint64_t AgentClient::write_file(const std::string& guest_path, const std::funct
     const RequestId id = next_id();
     Pending& p = add_pending(id, Pending::kWrite);
     send(MessageType::kFileWrite, id, proto::encode(proto::FileWriteRequest{guest_path, options.mode, options.sync}));
+    last_progress_ = Clock::now();
     bool end = false;
     while (!end && !p.done) {
         if (output_.size() >= kOutputHighWater) {
-            pump(-1);
+            pump_until(idle_deadline(), "the agent to take the data of " + guest_path);
             continue;
         }
         char* buf = output_.begin_frame(MessageType::kWriteData, id, kWriteChunk);
@@ -528,6 +576,7 @@ RequestId AgentClient::start_in_session(const std::string& name, const std::stri
     const RequestId id = next_id();
     Pending& p = add_pending(id, Pending::kExec);
     p.callbacks = std::move(callbacks);
+    if (timeout.count() > 0) p.end = Clock::now() + timeout + limits_.exit_grace;
     send(MessageType::kSessionRun, id,
          proto::encode(proto::SessionRunRequest{name, command, static_cast<uint32_t>(timeout.count())}));
     return id;

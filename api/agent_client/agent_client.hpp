@@ -11,9 +11,19 @@
 // to ClientLimits (the agent runs in the guest, and the guest is not trusted: nothing
 // it sends can make the client allocate without bound).
 //
+// Every wait on the agent has a deadline (the guest is not trusted to answer): a
+// request the agent answers by itself (files, stat, sessions, shutdown, resync,
+// ping) waits at most ClientLimits::reply_timeout without progress; a command's end
+// is awaited until its timeout plus ClientLimits::exit_grace when it has a timeout
+// (a command without one may run, silently, as long as it likes); and set_deadline()
+// bounds every wait of the connection at once (a stop, a boot). Past any of these
+// the call throws TimeoutError.
+//
 // Errors: AgentError for a request the agent refused (its errno name: ENOENT,
-// EACCES...), ConnectionError when the connection or the protocol fails (the client
-// is unusable after that), std::system_error when connecting fails.
+// EACCES...), ConnectionError when the connection or the protocol fails, or a wait
+// passes its deadline (TimeoutError; the client is unusable after either),
+// std::system_error when connecting fails. Text the agent sent is printable-only in
+// these errors (vmm/printable.hpp): the guest chose it.
 #pragma once
 
 #include <chrono>
@@ -56,6 +66,15 @@ private:
 class ConnectionError : public std::runtime_error {
 public:
     using std::runtime_error::runtime_error;
+};
+
+/// A wait on the agent passed its deadline (AgentClient::set_deadline,
+/// ClientLimits::reply_timeout or a command's timeout + exit_grace). The request's
+/// answer may still come; the client is unusable after it, as after any
+/// ConnectionError.
+class TimeoutError : public ConnectionError {
+public:
+    using ConnectionError::ConnectionError;
 };
 
 /// A command to run.
@@ -114,6 +133,16 @@ struct ClientLimits {
     size_t max_collected_output = 64u << 20;
     /// Entries of one list() (beyond: AgentError E2BIG, client-side).
     size_t max_list_entries = 1'000'000;
+    /// The longest a request the agent answers by itself (everything but a
+    /// command's end: files, list, stat, mkdir, remove, chmod, sessions, shutdown,
+    /// resync, ping) waits while the agent makes no progress (no frame received and
+    /// none of our bytes taken): then TimeoutError.
+    std::chrono::milliseconds reply_timeout{60'000};
+    /// How long past a command's own timeout (Command::timeout, a session run's
+    /// timeout) the client waits for the agent to report its end (the agent kills
+    /// it at the timeout): then TimeoutError. A command without a timeout is waited
+    /// for without limit, unless set_deadline() set one.
+    std::chrono::milliseconds exit_grace{30'000};
 };
 
 /// Where a command's output goes as it arrives (each a chunk of up to 256 KiB). An
@@ -147,13 +176,24 @@ public:
     AgentClient& operator=(AgentClient&&) noexcept;
     ~AgentClient();
 
-    /// The agent's name and version from HELLO_REPLY.
+    /// The agent's name and version from HELLO_REPLY (printable-only).
     const std::string& agent_software() const { return agent_software_; }
     /// The protocol version HELLO negotiated (proto::kMinProtocolVersion ..
     /// proto::kProtocolVersion; an older agent, e.g. in an old snapshot, speaks less).
     uint32_t protocol_version() const { return protocol_version_; }
-    /// Changes the memory bounds (for requests started from now on).
+    /// Changes the memory bounds and timeouts (for requests started from now on).
     void set_limits(const ClientLimits& limits) { limits_ = limits; }
+
+    /// Every wait of this connection on the agent, in any call from now on, ends by
+    /// `deadline` (steady clock) with TimeoutError; nullopt: no common deadline
+    /// (each wait keeps its own bound). For callers that must finish by a time
+    /// whatever the guest does: a stop within its timeout, a boot within its.
+    void set_deadline(std::optional<std::chrono::steady_clock::time_point> deadline) { deadline_ = deadline; }
+    /// When waiting for request `id` ends at the latest: the earlier of the common
+    /// deadline and the request's own (a command with a timeout: started + timeout
+    /// + exit_grace); nullopt if neither. For callers that wait on native_handle()
+    /// themselves.
+    std::optional<std::chrono::steady_clock::time_point> deadline_for(RequestId id) const;
 
     /// PING round trip: returns how long it took.
     std::chrono::microseconds ping();
@@ -177,7 +217,8 @@ public:
     /// True once the answer of `id` is in (wait() will not block).
     bool done(RequestId id) const;
     /// Handles what has arrived, waiting up to `timeout` for something (0: just what
-    /// is there). For callers that start() several commands and poll.
+    /// is there; never past the common deadline, after which it throws TimeoutError).
+    /// For callers that start() several commands and poll.
     void poll(std::chrono::milliseconds timeout);
     /// The connection's socket, for callers that wait on it together with other fds
     /// in poll(2) (POLLIN; POLLOUT too while queued_output() > 0), then call poll(0).
@@ -247,7 +288,13 @@ private:
     RequestId next_id();
     Pending& add_pending(RequestId id, int kind);
     void send(proto::MessageType type, uint32_t id, std::string_view payload);
+    using Clock = std::chrono::steady_clock;
     void pump(int timeout_ms);
+    /// One pump() that returns by the earlier of `until` and the common deadline;
+    /// throws TimeoutError naming `what` once that has passed.
+    void pump_until(std::optional<Clock::time_point> until, const std::string& what);
+    /// The end of a wait that allows reply_timeout without progress.
+    Clock::time_point idle_deadline() const { return last_progress_ + limits_.reply_timeout; }
     void write_some();
     void read_some();
     void handle(const proto::Frame& frame);
@@ -266,6 +313,8 @@ private:
     bool hello_done_ = false;
     uint32_t protocol_version_ = 0;
     bool pong_ = false;
+    std::optional<Clock::time_point> deadline_;  // set_deadline()
+    Clock::time_point last_progress_{};          // a frame received or bytes of ours sent
 };
 
 /// The host's bytes for a RESYNC, from getrandom(2).

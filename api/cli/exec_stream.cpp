@@ -6,7 +6,9 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -73,7 +75,16 @@ int stream_request(agent::AgentClient& client, const StartRequest& start, bool f
             {stdin_open && client.queued_output() < kStdinHighWater ? STDIN_FILENO : -1, POLLIN, 0},
             {signal_fd, POLLIN, 0},
         };
-        if (::poll(fds, 3, -1) < 0) {
+        // The command's end is awaited until its timeout plus the client's grace (a
+        // guest that never reports it cannot hold us longer), else without limit.
+        int wait_ms = -1;
+        if (const auto until = client.deadline_for(id)) {
+            const auto left = std::chrono::ceil<std::chrono::milliseconds>(*until - std::chrono::steady_clock::now());
+            if (left.count() <= 0)
+                throw agent::TimeoutError("the guest agent did not report the end of the command in time");
+            wait_ms = static_cast<int>(std::min<int64_t>(left.count(), 24 * 3600 * 1000));
+        }
+        if (::poll(fds, 3, wait_ms) < 0) {
             if (errno == EINTR) continue;
             throw agent::ConnectionError(std::string("poll: ") + std::strerror(errno));
         }

@@ -24,6 +24,7 @@
 #include "api/vm/standby_handoff.hpp"
 #include "snapshot/manifest.hpp"
 #include "vmm/error.hpp"
+#include "vmm/printable.hpp"
 #include "vmm/fd.hpp"
 #include "vmm/kvm_flavour.hpp"
 
@@ -138,11 +139,14 @@ void wait_ended(const StartedVm& vm) {
     const std::vector<std::string> vmm_log = file_tail(vm.paths.vmm_log(), 5);
     wait_ended(vm);
     if (!keep_dir) remove_if_dead(vm.paths);
+    // The console is the guest's text, and the VMM's lines may quote it (printable
+    // is idempotent: lines the VMM already made printable stay as they are).
+    for (std::string& line : console) line = printable(line);
     if (error.empty()) {
         error = "the VMM process exited without starting the VM";
         if (!vmm_log.empty()) error += ": " + vmm_log.back();
     }
-    throw StartError(error, vm.paths, std::move(console));
+    throw StartError(printable(error), vm.paths, std::move(console));
 }
 
 }  // namespace

@@ -24,6 +24,7 @@
 #include "api/vm/paths.hpp"
 #include "api/vm/vm_id.hpp"
 #include "vmm/error.hpp"
+#include "vmm/printable.hpp"
 
 namespace nanovm::vm {
 
@@ -240,7 +241,7 @@ std::string vmm_log_tail(const VmPaths& paths, size_t max_lines) noexcept {
     for (const std::string& line : file_tail(paths.vmm_log(), max_lines, 2048)) {
         if (line.empty()) continue;
         if (!out.empty()) out += " | ";
-        out += line;
+        out += printable(line);  // vmm.log quotes the guest (console lines, device messages)
     }
     return out;
 }

@@ -41,6 +41,7 @@
 #include "vmm/error.hpp"
 #include "vmm/fd.hpp"
 #include "vmm/log.hpp"
+#include "vmm/printable.hpp"
 
 namespace nanovm::vm {
 
@@ -60,6 +61,7 @@ std::vector<std::string> console_lines(const std::string& console_log, size_t co
     for (std::string& line : lines) {
         while (!line.empty() && line.back() == '\r') line.pop_back();
         if (line.size() > width) line.resize(width);
+        line = printable(line);  // the guest wrote it: no escape sequences on the user's terminal
     }
     return lines;
 }
@@ -207,6 +209,7 @@ void watch_readiness(const VmPaths& paths, std::chrono::milliseconds boot_timeou
             const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
             agent::AgentClient client = agent::AgentClient::connect(
                 agent_endpoint(paths), std::clamp(left, std::chrono::milliseconds(1), std::chrono::milliseconds(15000)));
+            client.set_deadline(deadline);  // the ping and the resync too: a guest that never answers
             client.ping();
             const double answered_ms = snapshot::ms_since(start);
             const auto answered = Clock::now();
@@ -544,6 +547,7 @@ private:
             const auto t0 = Clock::now();
             try {
                 agent::AgentClient client = agent::AgentClient::connect(agent_endpoint(paths_), timeout);
+                client.set_deadline(t0 + timeout);  // a guest that never answers SHUTDOWN cannot hold the stop
                 client.shutdown();
             } catch (const agent::ConnectionError&) {
                 // The guest may power off before the answer arrives.

@@ -242,6 +242,87 @@ else
   not_ok "a guest panic is reported by the next vm exec (exit $panic_status)"; show start3.err panic.err
 fi
 
+# V7c. A hostile guest program takes the agent's vsock port, answers HELLO and never
+# SHUTDOWN (issue 15): a plain `vm stop --timeout 2` still ends the VM within about its
+# timeout (the VMM's SHUTDOWN request has that deadline), not after the CLI's
+# 12 s SIGKILL fallback. The program kills the agent until guest-init gives up
+# restarting it, then serves the port (frames: u32 len, u8 type, u32 id, payload).
+cat >"$ag/fake_agent.py" <<'PY'
+import os, signal, socket, struct, time
+time.sleep(1)  # let the vm exec that started us finish
+init_exe = os.readlink("/proc/1/exe")
+def agents():
+    for p in os.listdir("/proc"):
+        if not p.isdigit() or p == "1": continue
+        try:
+            ppid = int(open("/proc/%s/stat" % p).read().rsplit(")", 1)[1].split()[1])
+            if ppid == 1 and os.readlink("/proc/%s/exe" % p) == init_exe: yield int(p)
+        except Exception: pass
+s = socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM)
+for _ in range(400):
+    try:
+        s.bind((socket.VMADDR_CID_ANY, 1024)); break
+    except OSError:
+        for pid in agents():
+            try: os.kill(pid, signal.SIGKILL)
+            except OSError: pass
+        time.sleep(0.05)
+s.listen(4)
+open("/tmp/fake-agent-listening", "w").close()
+def read_exact(c, n):
+    b = b""
+    while len(b) < n:
+        d = c.recv(n - len(b))
+        if not d: raise EOFError
+        b += d
+    return b
+while True:
+    c, _ = s.accept()
+    try:
+        while True:
+            length, mtype, rid = struct.unpack("<IBI", read_exact(c, 9))
+            read_exact(c, length)
+            if mtype == 0x01:  # HELLO -> HELLO_REPLY version 2; everything else: silence
+                sw = b"fake"
+                body = struct.pack("<III", 2, 1 << 20, len(sw)) + sw
+                c.sendall(struct.pack("<IBI", len(body), 0x81, 0) + body)
+    except (EOFError, OSError):
+        c.close()
+PY
+id4=$(vm start --image "$img" --memory 256 --cpus 1 2>"$ag/start4.err" </dev/null)
+pid4=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$NANOVM_RUN_DIR/vms/$id4/vm.json" 2>/dev/null)
+vm cp "$ag/fake_agent.py" "$id4:/root/fake_agent.py" </dev/null 2>"$ag/fake.err"
+vm exec "$id4" -- sh -c 'setsid python3 /root/fake_agent.py </dev/null >/tmp/fake.log 2>&1 &' </dev/null 2>>"$ag/fake.err"
+# Until the fake answers HELLO on the agent's port (the agent is gone: no vm exec now).
+cat >"$ag/hello_probe.py" <<'PY'
+import socket, struct, sys, time
+end = time.time() + 90
+while time.time() < end:
+    try:
+        c = socket.socket(socket.AF_UNIX); c.settimeout(5); c.connect(sys.argv[1])
+        c.sendall(b"CONNECT 1024\n")
+        if not c.recv(64).startswith(b"OK"): raise OSError
+        body = struct.pack("<III", 1, 2, 0)
+        c.sendall(struct.pack("<IBI", len(body), 0x01, 0) + body)
+        if b"fake" in c.recv(256): sys.exit(0)
+    except Exception: pass
+    time.sleep(0.5)
+sys.exit(1)
+PY
+python3 "$ag/hello_probe.py" "$NANOVM_RUN_DIR/vms/$id4/vsock.sock" 2>>"$ag/fake.err" ||
+  echo "the fake agent never answered HELLO" >>"$ag/fake.err"
+start_s=$(date +%s.%N)
+vm stop --timeout 2 "$id4" 2>"$ag/stop4.err"; stop4_status=$?
+stop4_s=$(python3 -c "import time; print(round(time.time() - $start_s, 2))")
+alive4=$(ps -o stat= -p "${pid4:-0}" 2>/dev/null | grep -v Z)
+if [ -n "$id4" ] && [ "$stop4_status" = 0 ] && [ -z "$alive4" ] && ! grep -q "killing it" "$ag/stop4.err" &&
+   python3 -c "import sys; sys.exit(0 if $stop4_s < 6 else 1)"; then
+  ok "vm stop --timeout 2 ends a VM whose guest answers HELLO and never SHUTDOWN in $stop4_s s"
+else
+  not_ok "vm stop --timeout 2 ends a VM whose guest never answers SHUTDOWN within 6 s (took $stop4_s s, exit $stop4_status)"
+  show start4.err fake.err stop4.err
+fi
+
 # V8. The README's `nanovm vm` example blocks (start ... stop: the vm commands, then
 # snapshot/restore/fork) run as written (build/nanovm -> $nanovm).
 readme=$(dirname "$0")/../../README.md
