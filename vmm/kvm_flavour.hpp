@@ -49,11 +49,10 @@ KvmFlavour detect_kvm_flavour(const std::string& root = "");
 void require_linux_capable_kvm(const KvmHostInfo& host);
 
 /// The message `nanovm boot`, `run` and `vm start|restore` print on a PVM host. The
-/// `run` and `vm` commands need a writable state directory in the test host, where
-/// XDG_RUNTIME_DIR is not passed in (README "State directory").
+/// test host gives the `run` and `vm` commands a writable state directory
+/// (NANOVM_RUN_DIR=$NANOVM_SCRATCH/run) unless the caller sets one.
 inline constexpr std::string_view kPvmBootRefusal =
     "this /dev/kvm is PVM: it cannot run a stock Linux kernel; use the test host: "
-    "tools/testhost/run -- build/nanovm boot ..., and for run and vm: "
-    "tools/testhost/run -- sh -c 'NANOVM_RUN_DIR=$NANOVM_SCRATCH/run build/nanovm run ...'";
+    "tools/testhost/run -- build/nanovm boot ... (or run ..., vm ...)";
 
 }  // namespace nanovm

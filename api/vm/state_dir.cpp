@@ -41,11 +41,20 @@ std::string env(const char* name) {
     return value ? value : "";
 }
 
-// mkdir -p with `mode` for the directories it creates. Throws Error.
+// mkdir -p with `mode` for the directories it creates. Throws Error; where the place
+// cannot be written (a read-only file system, as the cache is in the test host; no
+// permission), the message says which variable picks another.
 void make_dirs(const std::string& path, mode_t mode) {
     std::error_code ec;
     fs::create_directories(path, ec);
-    if (ec) throw Error(fmt::format("run directory {}: {}", path, ec.message()));
+    if (ec) {
+        const bool unwritable = ec == std::errc::read_only_file_system || ec == std::errc::permission_denied ||
+                                ec == std::errc::operation_not_permitted;
+        throw Error(fmt::format("run directory {}: {}{}", path, ec.message(),
+                                unwritable ? "; set NANOVM_RUN_DIR to a writable directory (in the test host: "
+                                             "$NANOVM_SCRATCH/run, which tools/testhost/run sets unless given one)"
+                                           : ""));
+    }
     ::chmod(path.c_str(), mode);  // best effort: an existing shared dir keeps its mode
 }
 

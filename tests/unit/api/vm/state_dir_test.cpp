@@ -49,6 +49,18 @@ TEST_CASE("the run directory: NANOVM_RUN_DIR, else XDG_RUNTIME_DIR/nanovm, else 
     if (!saved.empty()) ::setenv("XDG_RUNTIME_DIR", saved.c_str(), 1);
 }
 
+TEST_CASE("a run directory that cannot be made names NANOVM_RUN_DIR", "[api][vm][state]") {
+    // sysfs refuses mkdir (EPERM) even to root, as a read-only cache does (EROFS).
+    if (!std::filesystem::is_directory("/sys/kernel")) {
+        WARN("no sysfs at /sys: nothing to try this on");
+        return;
+    }
+    ::setenv("NANOVM_RUN_DIR", "/sys/nanovm-unit-test-run", 1);
+    CHECK_THROWS_WITH(create_vm_dir(), Catch::Contains("/sys/nanovm-unit-test-run/vms") &&
+                                           Catch::Contains("set NANOVM_RUN_DIR to a writable directory"));
+    ::unsetenv("NANOVM_RUN_DIR");
+}
+
 TEST_CASE("a new VM directory is private, locked while its holder lives, and removed once not", "[api][vm][state]") {
     TestRun test_run;
     const RunDir& run = test_run.run;
