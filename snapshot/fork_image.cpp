@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <thread>
 #include <utility>
 
@@ -12,6 +13,7 @@
 
 #include "snapshot/fork_delta.hpp"
 #include "snapshot/frozen_ram.hpp"
+#include "snapshot/manifest.hpp"
 #include "snapshot/memory_layer.hpp"
 #include "snapshot/snapshot_error.hpp"
 #include "snapshot/vm_state.hpp"
@@ -39,29 +41,35 @@ Fd copy_region(const MemoryRegion& r, uint64_t first, const PageBitmap& pages, u
 
 }  // namespace
 
-ForkImage freeze_for_fork(const Kvm& kvm, Machine& machine, std::string devices, std::unique_ptr<UffdServer>* uffd) {
+ForkImage freeze_for_fork(const Kvm& kvm, Machine& machine, std::string devices, UffdServer* uffd) {
     GuestMemory& memory = machine.memory();
-    const bool lazy = memory.backing() == GuestMemory::Backing::lazy_memfd;
-    if (lazy && (!uffd || !*uffd))
-        throw Error("fork: guest RAM is filled by a uffd restore backend that was not given");
+    const bool lazy = memory.backing() == GuestMemory::Backing::lazy_memfd ||
+                      memory.backing() == GuestMemory::Backing::lazy_private_memfd;
+    if (lazy && !uffd) throw Error("fork: guest RAM is served by a userfaultfd handler that was not given");
     ForkImage image;
     auto t = Clock::now();
     VmState state = capture_vm_state(kvm, machine);
     state.devices = std::move(devices);
     image.state = encode_vm_state(state);
     image.state_ms = ms_since(t);
+    if (lazy)
+        for (const LayerFile& layer : uffd->chain().layers())
+            image.base_chain.push_back({std::filesystem::absolute(layer.path()).lexically_normal().string(),
+                                        layer.checksum()});
 
     t = Clock::now();
     switch (memory.backing()) {
-        case GuestMemory::Backing::memfd: {
+        case GuestMemory::Backing::memfd:
+        case GuestMemory::Backing::lazy_memfd: {
             // Frozen in place as a snapshot freezes it; finish_fork releases and seals.
-            FrozenRam ram = freeze_ram(memory);
+            FrozenRam ram = freeze_ram(memory, uffd);
             image.memfds = std::exchange(ram.memfds, {});
             image.retired = std::move(ram.retired);
             image.freeze_ms = ms_since(t);
             return image;
         }
-        case GuestMemory::Backing::private_memfd: {
+        case GuestMemory::Backing::private_memfd:
+        case GuestMemory::Backing::lazy_private_memfd: {
             // Keep the layer this VM maps; its own pages travel as a delta.
             for (const MemoryRegion& r : memory.regions()) {
                 Fd fd(::fcntl(r.memfd.get(), F_DUPFD_CLOEXEC, 0));
@@ -72,11 +80,8 @@ ForkImage freeze_for_fork(const Kvm& kvm, Machine& machine, std::string devices,
             image.freeze_ms = ms_since(t);
             return image;  // nothing to remap: this VM goes on as it was
         }
-        case GuestMemory::Backing::private_file:
-        case GuestMemory::Backing::lazy_memfd: {
-            // The pages that may hold data (a private memfd: its layer's extents and
-            // this VM's own copies, from pagemap, without reading them; else the
-            // non-zero ones): each is read once, by the copy.
+        case GuestMemory::Backing::private_file: {
+            // The non-zero pages (its holes say nothing): each is read once, by the copy.
             const PageBitmap pages = populated_pages(memory);
             uint64_t first = 0;
             for (const MemoryRegion& r : memory.regions()) {
@@ -86,22 +91,19 @@ ForkImage freeze_for_fork(const Kvm& kvm, Machine& machine, std::string devices,
             break;
         }
     }
-    if (lazy) {
-        // Every page is in now (the copy read them all); the prefetch thread may still
-        // be walking its list (finding pages present): let it end before the range it
-        // fills goes away.
-        const auto deadline = Clock::now() + std::chrono::seconds(30);
-        while (!(*uffd)->prefetch_done()) {
-            if (Clock::now() > deadline) throw Error("fork: the uffd restore backend's prefetch did not end in 30 s");
-            std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        }
-    }
     std::vector<int> fds;
     for (const Fd& fd : image.memfds) fds.push_back(fd.get());
     image.retired = memory.remap_private(fds);
-    if (lazy) uffd->reset();  // its registration went with the old mappings
     image.freeze_ms = ms_since(t);
     return image;
+}
+
+std::vector<ChainLayer> fork_base_chain(const std::string& dir, const ForkImage& image) {
+    const std::filesystem::path base = std::filesystem::absolute(dir);
+    std::vector<ChainLayer> out;
+    for (const ChainLayer& layer : image.base_chain)
+        out.push_back({std::filesystem::relative(layer.path, base).string(), layer.checksum});
+    return out;
 }
 
 void finish_fork(ForkImage& image) {
@@ -113,7 +115,7 @@ void finish_fork(ForkImage& image) {
 }
 
 RestoredMachine restore_fork(const Kvm& kvm, std::span<const uint8_t> bytes, std::span<const int> memfds,
-                             int delta_fd, std::string_view what) {
+                             int delta_fd, std::string_view what, const std::string& base_layer) {
     RestoredMachine out;
     auto t = Clock::now();
     const VmState state = decode_vm_state(bytes, what);
@@ -127,18 +129,44 @@ RestoredMachine restore_fork(const Kvm& kvm, std::span<const uint8_t> bytes, std
     } catch (const Error& e) {
         throw SnapshotError(fmt::format("{}: {}", what, e.what()));
     }
+    auto sink = std::make_shared<UffdErrorSink>();
+    // Before anything touches the mapping (the delta included): see Backing::lazy_private_memfd.
+    if (!base_layer.empty()) out.uffd = serve_chain(memory, base_layer, sink);
     if (delta_fd >= 0) apply_fork_delta(delta_fd, memory, fmt::format("{} (delta)", what));
     out.memory_ms = ms_since(t);
 
     t = Clock::now();
     out.machine = make_restored_machine(kvm, std::move(memory), state);
+    sink->attach(out.machine.get());
     out.state_ms += ms_since(t);
     return out;
 }
 
+namespace {
+
+/// Fork base `dir`'s vm.state (checked) and base layer (its first chain line, absolute; empty if none).
+std::pair<std::vector<uint8_t>, std::string> read_fork_base(const std::string& dir) {
+    const Manifest manifest = read_manifest(dir);
+    std::vector<uint8_t> state = read_checked_state(dir, manifest);
+    std::string base;
+    if (!manifest.chain.empty()) {
+        base = (std::filesystem::absolute(dir) / manifest.chain.front().path).lexically_normal().string();
+        const LayerFile top = LayerFile::open(base);
+        if (top.checksum() != manifest.chain.front().checksum)
+            throw SnapshotError(fmt::format("{}/{}: chain layer {} has checksum {:08x}, the manifest says {:08x} (a "
+                                            "different or rewritten layer)",
+                                            dir, kManifestFileName, base, top.checksum(),
+                                            manifest.chain.front().checksum));
+    }
+    return {std::move(state), std::move(base)};
+}
+
+}  // namespace
+
 RestoredMachine restore_fork(const Kvm& kvm, const std::string& dir, std::span<const int> memfds, int delta_fd) {
     const std::string path = snapshot_part(dir, kStateFileName);
-    return restore_fork(kvm, read_checked_state(dir), memfds, delta_fd, path);
+    const auto [state, base] = read_fork_base(dir);
+    return restore_fork(kvm, state, memfds, delta_fd, path, base);
 }
 
 std::unique_ptr<Machine> make_fork_standby(const Kvm& kvm, const MachineInfo& shape) {
@@ -147,7 +175,8 @@ std::unique_ptr<Machine> make_fork_standby(const Kvm& kvm, const MachineInfo& sh
 }
 
 RestoredMachine restore_fork(std::unique_ptr<Machine> standby, std::span<const uint8_t> bytes,
-                             std::span<const int> memfds, int delta_fd, std::string_view what) {
+                             std::span<const int> memfds, int delta_fd, std::string_view what,
+                             const std::string& base_layer) {
     if (!standby) throw Error("restore_fork: no standby machine");
     RestoredMachine out;
     auto t = Clock::now();
@@ -167,6 +196,9 @@ RestoredMachine restore_fork(std::unique_ptr<Machine> standby, std::span<const u
     } catch (const Error& e) {
         throw SnapshotError(fmt::format("{}: {}", what, e.what()));
     }
+    auto sink = std::make_shared<UffdErrorSink>();
+    if (!base_layer.empty()) out.uffd = serve_chain(machine.memory(), base_layer, sink);
+    sink->attach(&machine);
     if (delta_fd >= 0) apply_fork_delta(delta_fd, machine.memory(), fmt::format("{} (delta)", what));
     out.memory_ms = ms_since(t);
 
@@ -180,7 +212,8 @@ RestoredMachine restore_fork(std::unique_ptr<Machine> standby, std::span<const u
 RestoredMachine restore_fork(std::unique_ptr<Machine> standby, const std::string& dir, std::span<const int> memfds,
                              int delta_fd) {
     const std::string path = snapshot_part(dir, kStateFileName);
-    return restore_fork(std::move(standby), read_checked_state(dir), memfds, delta_fd, path);
+    const auto [state, base] = read_fork_base(dir);
+    return restore_fork(std::move(standby), state, memfds, delta_fd, path, base);
 }
 
 }  // namespace nanovm::snapshot

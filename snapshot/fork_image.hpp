@@ -16,10 +16,14 @@
 // A VM already over a frozen layer (a fork child, or a parent forked before) keeps
 // it: the new children map the same layer and apply a delta of the pages this VM
 // holds privately (snapshot/fork_delta.hpp), copied in the pause: O(pages it wrote
-// since it mapped the layer). A VM restored with the file backend gets a fresh memfd
-// per region holding a copy of its populated pages, frozen the same way: O(pages in
-// use). RAM served by the uffd restore backend is copied the same way (reading it
-// faults in what is left), then its server is stopped: the range it served is gone.
+// since it mapped the layer).
+// A restored VM (its memfds filled on first touch from a snapshot's layer chain by a
+// UffdServer, snapshot/uffd_backend.hpp) is frozen in place the same way, nothing
+// copied: its memfds become the layer, whose holes are that chain's pages; the
+// server goes on serving them to the parent's new private mapping, and each child
+// serves them to its own from the same chain (`base_layer`, its top). A VM whose RAM
+// is a MAP_PRIVATE file mapping (GuestMemory::map_file_private; no restore makes one
+// now) gets fresh memfds holding a copy of its populated pages: O(pages in use).
 #pragma once
 
 #include <cstdint>
@@ -47,6 +51,10 @@ struct ForkImage {
     /// own pages, to apply over `memfds` (snapshot/fork_delta.hpp); invalid otherwise.
     Fd delta;
     uint64_t delta_pages = 0;    ///< pages in `delta`
+    /// The chain whose pages fill the holes of `memfds` (a restored VM's fork), top
+    /// first, absolute paths; empty: a hole is a zero page. Children serve it
+    /// (restore_fork's `base_layer`: its first path).
+    std::vector<ChainLayer> base_chain;
     uint64_t copied_pages = 0;   ///< pages copied into fresh memfds (a file-backed or uffd-backed parent)
     double state_ms = 0;         ///< capture + encoding of vm.state, ms
     double freeze_ms = 0;        ///< copy (if any) + remapping + sealing, ms
@@ -55,12 +63,11 @@ struct ForkImage {
 /// Freezes the RAM of a paused `machine` (devices quiesced: nothing may touch guest
 /// RAM meanwhile) as described above and captures its state, with `devices` as
 /// vm.state's devices section. The machine may resume as soon as this returns.
-/// `uffd`: the server of RAM restored with the uffd backend (Backing::lazy_memfd;
-/// required then): once every page is in, it is stopped and reset. Throws Error
-/// (lazy RAM without its server), SysError naming the step (memfd_create, pwrite,
-/// mmap, F_ADD_SEALS); a failure before the remap leaves the parent as it was.
-ForkImage freeze_for_fork(const Kvm& kvm, Machine& machine, std::string devices = {},
-                          std::unique_ptr<UffdServer>* uffd = nullptr);
+/// `uffd`: the server of a restored VM's RAM (Backing::lazy_*; required then): it
+/// keeps serving the parent. Throws Error (lazy RAM without its server), SysError
+/// naming the step (memfd_create, pwrite, mmap, UFFDIO_REGISTER); a failure before
+/// the remap leaves the parent as it was.
+ForkImage freeze_for_fork(const Kvm& kvm, Machine& machine, std::string devices = {}, UffdServer* uffd = nullptr);
 
 /// After the parent resumed (children may already be starting): unmaps the
 /// parent's old shared mappings (~30 ms for 256 MiB present, so not in the pause)
@@ -73,11 +80,13 @@ void finish_fork(ForkImage& image);
 /// Makes a new Machine (not run yet) from a ForkImage: `state` as vm.state bytes
 /// (validated like a vm.state file; `what` names it in errors), RAM a MAP_PRIVATE
 /// mapping of each of `memfds` (one per region, each at least the region's size).
-/// memory_ms / state_ms are filled; `uffd` stays empty. Throws SnapshotError for a
-/// bad state or RAM size mismatch, SysError (mmap, KVM ioctls).
-/// With `delta_fd` >= 0 the ForkImage's delta is applied over that mapping.
+/// memory_ms / state_ms are filled. With `base_layer` (ForkImage::base_chain's top) a
+/// UffdServer (`uffd`) serves the memfds' holes from that chain, registered before
+/// anything touches the mapping. With `delta_fd` >= 0 the ForkImage's delta is
+/// applied over that mapping. Throws SnapshotError for a bad state, chain or RAM
+/// size mismatch, SysError (mmap, userfaultfd, KVM ioctls).
 RestoredMachine restore_fork(const Kvm& kvm, std::span<const uint8_t> state, std::span<const int> memfds,
-                             int delta_fd = -1, std::string_view what = "fork state");
+                             int delta_fd = -1, std::string_view what = "fork state", const std::string& base_layer = {});
 
 /// A fork child's Machine made ahead of the fork (a standby): the VM, TSS and
 /// identity-map addresses, irqchip and PIT (`shape.irqchip`), the memslots over
@@ -95,15 +104,21 @@ std::unique_ptr<Machine> make_fork_standby(const Kvm& kvm, const MachineInfo& sh
 /// set. Throws SnapshotError when the state's shape (vCPUs, irqchip, RAM bytes) is
 /// not the standby's, else as restore_fork; the standby is consumed either way.
 RestoredMachine restore_fork(std::unique_ptr<Machine> standby, std::span<const uint8_t> state,
-                             std::span<const int> memfds, int delta_fd = -1, std::string_view what = "fork state");
+                             std::span<const int> memfds, int delta_fd = -1, std::string_view what = "fork state",
+                             const std::string& base_layer = {});
 
 /// restore_fork with the state from directory `dir`'s vm.state (a fork base: a
-/// manifest listing vm.state, and disk layers, but no memory layer), checked
-/// against the manifest first. Throws SnapshotError naming the part, as restore_fork.
+/// manifest listing vm.state, and disk layers, but no memory layer; its chain line,
+/// if any, names the base layer: fork_base_chain), checked against the manifest
+/// first. Throws SnapshotError naming the part, as restore_fork.
 RestoredMachine restore_fork(const Kvm& kvm, const std::string& dir, std::span<const int> memfds, int delta_fd = -1);
 
 /// The same into a standby (see above).
 RestoredMachine restore_fork(std::unique_ptr<Machine> standby, const std::string& dir, std::span<const int> memfds,
                              int delta_fd = -1);
+
+/// The manifest chain lines of fork base `dir` for `image` (empty unless it has a
+/// base layer): that layer and those below it, relative to `dir`, for write_manifest.
+std::vector<ChainLayer> fork_base_chain(const std::string& dir, const ForkImage& image);
 
 }  // namespace nanovm::snapshot

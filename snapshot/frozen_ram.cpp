@@ -15,22 +15,23 @@ FrozenRam::~FrozenRam() {
     }
 }
 
-std::string freeze_unsupported_reason(const GuestMemory& memory) {
+std::string freeze_unsupported_reason(const GuestMemory& memory, const UffdServer* server) {
     switch (memory.backing()) {
         case GuestMemory::Backing::memfd:
             return {};
+        case GuestMemory::Backing::lazy_memfd:
+            return server ? "" : "guest RAM is served by a userfaultfd handler that was not given";
         case GuestMemory::Backing::private_memfd:
+        case GuestMemory::Backing::lazy_private_memfd:
             return "guest RAM is a private mapping over a frozen layer already (a fork, or an earlier snapshot)";
         case GuestMemory::Backing::private_file:
-            return "guest RAM is a MAP_PRIVATE file mapping (restored with the file backend)";
-        case GuestMemory::Backing::lazy_memfd:
-            return "guest RAM is served by the uffd restore backend";
+            return "guest RAM is a MAP_PRIVATE file mapping";
     }
     return "unknown guest RAM backing";
 }
 
-FrozenRam freeze_ram(GuestMemory& memory) {
-    if (const std::string reason = freeze_unsupported_reason(memory); !reason.empty())
+FrozenRam freeze_ram(GuestMemory& memory, UffdServer* server) {
+    if (const std::string reason = freeze_unsupported_reason(memory, server); !reason.empty())
         throw Error("freezing guest RAM: " + reason);
     FrozenRam ram;
     std::vector<int> fds;
@@ -42,7 +43,11 @@ FrozenRam freeze_ram(GuestMemory& memory) {
         ram.memfds.push_back(std::move(fd));
         ram.bytes.push_back(r.size);
     }
-    ram.retired = memory.remap_private(fds);
+    if (memory.backing() == GuestMemory::Backing::lazy_memfd) {
+        server->remap(memory, [&] { ram.retired = memory.remap_private(fds); });
+    } else {
+        ram.retired = memory.remap_private(fds);
+    }
     return ram;
 }
 

@@ -11,6 +11,10 @@
 // unmaps the old mapping and seals the memfds (F_SEAL_WRITE...): the VM then runs
 // over a frozen layer like a fork parent (GuestMemory::Backing::private_memfd),
 // and its next snapshot or fork works as for one.
+// A restored VM's RAM (memfds filled on first touch, Backing::lazy_memfd) is frozen
+// the same way, with its UffdServer: the new private mapping is registered with it,
+// since the memfds' holes are its layer chain's pages (snapshot/uffd_backend.hpp);
+// the layer written is then a diff over that chain (the pages the VM holds).
 // The cost is memory: a page the VM writes after the snapshot is held twice (the
 // frozen one and its copy) for as long as the VM runs.
 #pragma once
@@ -20,6 +24,7 @@
 #include <vector>
 
 #include "snapshot/memory_layer.hpp"
+#include "snapshot/uffd_backend.hpp"
 #include "vmm/fd.hpp"
 #include "vmm/guest_memory.hpp"
 
@@ -42,16 +47,18 @@ struct FrozenRam {
     GuestMemory::RetiredMappings retired;
 };
 
-/// Empty if `memory` can be frozen, else why not: only a plain memfd per region
-/// (Backing::memfd, a booted VM) can; a VM over a frozen layer already, or restored
-/// from a file or with the uffd backend, is copied under write-protect instead.
-std::string freeze_unsupported_reason(const GuestMemory& memory);
+/// Empty if `memory` can be frozen, else why not: a plain memfd per region
+/// (Backing::memfd, a booted VM) can, and a restored VM's (Backing::lazy_memfd) with
+/// its `server`; a VM over a frozen layer already is copied under write-protect
+/// instead, one mapping a file privately (Backing::private_file) in the pause.
+std::string freeze_unsupported_reason(const GuestMemory& memory, const UffdServer* server = nullptr);
 
-/// Freezes `memory` (Backing::memfd; then Backing::private_memfd) as described
-/// above. Call while nothing touches guest RAM (VM paused, devices quiesced).
-/// Throws Error (another backing), SysError (dup, mremap, mmap); see
+/// Freezes `memory` (Backing::memfd, then private_memfd; lazy_memfd with `server`,
+/// then lazy_private_memfd: UffdServer::remap) as described above. Call while
+/// nothing touches guest RAM (VM paused, devices quiesced). Throws Error (another
+/// backing), SysError (dup, mremap, mmap, UFFDIO_REGISTER); see
 /// GuestMemory::remap_private for a failure half-way.
-FrozenRam freeze_ram(GuestMemory& memory);
+FrozenRam freeze_ram(GuestMemory& memory, UffdServer* server = nullptr);
 
 /// Puts every page of `ram` that its memfds hold into `builder` (linear pages, GPA
 /// order; zero pages stay holes), then unmaps `ram.retired` and seals the memfds.

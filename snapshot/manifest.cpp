@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
@@ -37,6 +38,45 @@ bool safe_name(std::string_view name) {
         if (!ok) return false;
     }
     return true;
+}
+
+constexpr size_t kMaxChainPath = 4096;
+
+bool plain_path_byte(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+           c == '/' || c == '-' || c == '+' || c == ',' || c == '=' || c == '@' || c == '~';
+}
+
+std::string escape_path(std::string_view path) {
+    std::string out;
+    for (const char c : path) out += plain_path_byte(c) ? std::string(1, c) : fmt::format("%{:02X}", static_cast<uint8_t>(c));
+    return out;
+}
+
+// The path an escaped chain field stands for; nullopt if malformed.
+std::optional<std::string> unescape_path(std::string_view field) {
+    std::string out;
+    for (size_t i = 0; i < field.size(); ++i) {
+        if (field[i] != '%') {
+            if (!plain_path_byte(field[i])) return std::nullopt;
+            out += field[i];
+            continue;
+        }
+        uint8_t byte = 0;
+        if (i + 2 >= field.size()) return std::nullopt;
+        const std::string_view hex = field.substr(i + 1, 2);
+        for (const char c : hex)
+            if (!((c >= '0' && c <= '9') || (c >= 'A' && c <= 'F'))) return std::nullopt;
+        std::from_chars(hex.data(), hex.data() + 2, byte, 16);
+        out += static_cast<char>(byte);
+        i += 2;
+    }
+    return out;
+}
+
+bool valid_chain_path(std::string_view path) {
+    return !path.empty() && path.size() <= kMaxChainPath && path.front() != '/' &&
+           path.find('\0') == std::string_view::npos && path.find('\n') == std::string_view::npos;
 }
 
 uint32_t text_crc(std::string_view text) {
@@ -92,10 +132,18 @@ const ManifestPart* Manifest::find(std::string_view name) const noexcept {
 std::string encode_manifest(const Manifest& manifest) {
     if (manifest.parts.empty() || manifest.parts.size() > kMaxParts)
         throw Error(fmt::format("manifest: {} parts (1 to {} allowed)", manifest.parts.size(), kMaxParts));
-    std::string text = fmt::format("{} {}\n", kFirstLine, kManifestVersion);
+    if (manifest.chain.size() > kMaxChainLayers)
+        throw Error(fmt::format("manifest: {} chain layers (at most {})", manifest.chain.size(), kMaxChainLayers));
+    // Version 1 readers read a manifest without chain lines.
+    std::string text = fmt::format("{} {}\n", kFirstLine, manifest.chain.empty() ? 1 : kManifestVersion);
     for (const ManifestPart& p : manifest.parts) {
         if (!safe_name(p.name)) throw Error(fmt::format("manifest: part name '{}' is not a plain file name", p.name));
         text += fmt::format("part {} {} {:08x}\n", p.name, p.bytes, p.crc32c);
+    }
+    for (const ChainLayer& c : manifest.chain) {
+        if (!valid_chain_path(c.path))
+            throw Error(fmt::format("manifest: chain layer path '{}' is empty, absolute or too long", c.path));
+        text += fmt::format("chain {} {:08x}\n", escape_path(c.path), c.checksum);
     }
     text += fmt::format("end {:08x}\n", text_crc(text));
     return text;
@@ -111,6 +159,7 @@ Manifest decode_manifest(std::string_view text, const std::string& where) {
     Manifest manifest;
     std::set<std::string_view> names;
     size_t at = 0, line_no = 0;
+    uint32_t version = 0;
     bool ended = false;
     while (at < text.size()) {
         ++line_no;
@@ -120,7 +169,6 @@ Manifest decode_manifest(std::string_view text, const std::string& where) {
         const std::vector<std::string_view> f = fields(line);
         if (ended) throw fail(line_no, "text after the end line");
         if (line_no == 1) {
-            uint32_t version = 0;
             if (f.size() != 2 || f[0] != kFirstLine || !parse_number(f[1], version, 10))
                 throw fail(line_no, "not a nanovm snapshot manifest");
             if (version > kManifestVersion)
@@ -137,6 +185,18 @@ Manifest decode_manifest(std::string_view text, const std::string& where) {
             if (manifest.parts.size() == kMaxParts) throw fail(line_no, fmt::format("more than {} parts", kMaxParts));
             p.name = std::string(f[1]);
             manifest.parts.push_back(std::move(p));
+        } else if (!f.empty() && f[0] == "chain") {
+            if (version < 2) throw fail(line_no, "a chain line in a version 1 manifest");
+            if (f.size() != 3) throw fail(line_no, "a chain line is 'chain PATH CHECKSUM'");
+            const std::optional<std::string> path = unescape_path(f[1]);
+            if (!path || !valid_chain_path(*path))
+                throw fail(line_no, "chain path is not a relative path (escaped as %XX outside [A-Za-z0-9._/+,=@~-])");
+            ChainLayer c;
+            c.path = *path;
+            if (!parse_crc(f[2], c.checksum)) throw fail(line_no, "chain checksum is not 8 lower-case hex digits");
+            if (manifest.chain.size() == kMaxChainLayers)
+                throw fail(line_no, fmt::format("more than {} chain layers", kMaxChainLayers));
+            manifest.chain.push_back(std::move(c));
         } else if (!f.empty() && f[0] == "end") {
             uint32_t stored = 0;
             if (f.size() != 2 || !parse_crc(f[1], stored)) throw fail(line_no, "an end line is 'end CRC32C'");
@@ -249,8 +309,10 @@ void write_verified(const std::string& dir, const VerifiedParts& parts) noexcept
 
 }  // namespace
 
-Manifest write_manifest(const std::string& dir, const std::vector<std::string>& names, bool sync) {
+Manifest write_manifest(const std::string& dir, const std::vector<std::string>& names, bool sync,
+                        const std::vector<ChainLayer>& chain) {
     Manifest manifest;
+    manifest.chain = chain;
     for (const std::string& name : names) manifest.parts.push_back(describe_part(dir, name));
     const std::string text = encode_manifest(manifest);
     const std::string path = join(dir, kManifestFileName), tmp = path + ".tmp";

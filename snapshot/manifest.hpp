@@ -6,9 +6,21 @@
 // every part was fsync'd before the manifest was written.
 //
 // Format (text, one record a line, '\n' endings, at most kMaxManifestBytes):
-//   nanovm-manifest 1
+//   nanovm-manifest 1                                        (2 when there are chain lines)
 //   part <name> <bytes> <crc32c as 8 lower-case hex digits>     (1..kMaxParts lines)
+//   chain <path> <layer checksum, 8 hex digits>               (0..kMaxChainLayers lines; version 2)
 //   end <crc32c of every byte before this line, 8 hex digits>
+// "chain" lists the memory layers OUTSIDE this directory that its memory.layer
+// depends on, nearest first: the layer's parent, the parent's parent, ... (a
+// snapshot of a VM restored from another snapshot is a diff over that snapshot's
+// layer: snapshot/snapshot_dir.hpp). <path> is relative to this directory
+// ("../s1/memory.layer"), bytes outside [A-Za-z0-9._/+,=@~-] written as %XX; the
+// checksum is that layer's header CRC (memory_layer.hpp LayerFile::checksum), which
+// its child recorded. A store counts references by it: every snapshot directory
+// named by a chain line must be kept while this one is. A fork base lists the chain
+// whose pages fill the holes of the frozen RAM its children map. Layers are never
+// rewritten: a merge (once a chain reaches kMaxLayerChain) writes a full layer into
+// the new snapshot, whose chain is then empty.
 // <name> is a plain file name in the snapshot directory ([A-Za-z0-9._-], 1..64
 // bytes, not "." or ".."); <bytes> decimal. The checksum is CRC-32C (Castagnoli,
 // snapshot/crc32c.hpp) of the whole part file, holes read as zeros.
@@ -23,8 +35,9 @@
 namespace nanovm::snapshot {
 
 inline constexpr const char* kManifestFileName = "manifest";
-inline constexpr uint32_t kManifestVersion = 1;
+inline constexpr uint32_t kManifestVersion = 2;
 inline constexpr size_t kMaxParts = 64;
+inline constexpr size_t kMaxChainLayers = 64;
 inline constexpr size_t kMaxManifestBytes = 64 * 1024;
 
 /// One part of a snapshot: a file of the snapshot directory.
@@ -35,14 +48,26 @@ struct ManifestPart {
     bool operator==(const ManifestPart&) const = default;
 };
 
+/// One memory layer outside the snapshot directory that its memory depends on.
+struct ChainLayer {
+    std::string path;      ///< relative to the snapshot directory, e.g. "../s1/memory.layer" (1..4096 bytes)
+    uint32_t checksum = 0; ///< the layer's header CRC-32C (LayerFile::checksum)
+    bool operator==(const ChainLayer&) const = default;
+};
+
 /// The parsed manifest.
 struct Manifest {
     std::vector<ManifestPart> parts;
+    /// The memory layers outside the directory that it depends on, nearest first
+    /// (empty: self-contained). See the format above.
+    std::vector<ChainLayer> chain;
     /// The entry named `name`, or nullptr.
     const ManifestPart* find(std::string_view name) const noexcept;
 };
 
-/// The manifest's text (format above). Throws Error for a bad part name or too many parts.
+/// The manifest's text (format above): version 1 without chain lines, else 2.
+/// Throws Error for a bad part name, too many parts or chain layers, an empty or
+/// absolute chain path.
 std::string encode_manifest(const Manifest& manifest);
 /// Parses and checks manifest text (`where` names it in errors). Throws
 /// SnapshotError("<where>: line N: ...") for anything malformed, truncated, a
@@ -56,7 +81,9 @@ ManifestPart describe_part(const std::string& dir, const std::string& name);
 /// fsync dir; without `sync` the same steps minus both fsyncs: complete, not
 /// durable). For a durable manifest the parts must already be fsync'd. Honours the test stall points
 /// "manifest-tmp" (tmp written and fsync'd, not yet renamed). Returns what it wrote.
-Manifest write_manifest(const std::string& dir, const std::vector<std::string>& names, bool sync = true);
+/// `chain`: the manifest's chain lines (see the format).
+Manifest write_manifest(const std::string& dir, const std::vector<std::string>& names, bool sync = true,
+                        const std::vector<ChainLayer>& chain = {});
 
 /// Removes `dir`/manifest if present and fsyncs `dir`, so that a snapshot being
 /// rewritten is never taken for the old one. Throws SysError.

@@ -110,20 +110,28 @@ void add_private_copies(const MemoryRegion& r, uint64_t first, PageBitmap& out) 
 }
 
 /// The pages of `memory` that may hold data without reading them, or nullopt for a
-/// backing where only reading tells (private_file: its holes say nothing; lazy_memfd:
-/// a hole may be a page not fetched yet).
+/// backing where only reading tells (private_file: its holes say nothing). For the
+/// lazy backings: the pages this VM holds (its memfds' extents, its private copies);
+/// the others are its chain's.
 std::optional<PageBitmap> candidate_pages(const GuestMemory& memory) {
     const GuestMemory::Backing backing = memory.backing();
-    if (backing != GuestMemory::Backing::memfd && backing != GuestMemory::Backing::private_memfd) return std::nullopt;
+    if (backing == GuestMemory::Backing::private_file) return std::nullopt;
+    const bool private_copies =
+        backing == GuestMemory::Backing::private_memfd || backing == GuestMemory::Backing::lazy_private_memfd;
     PageBitmap out((memory.ram_bytes() / kPageSize + 63) / 64, 0);
     uint64_t first = 0;  // linear index of the region's page 0
     for (const MemoryRegion& r : memory.regions()) {
         add_memfd_extents(r, first, out);
         // A private mapping also holds the pages this process wrote since it was made.
-        if (backing == GuestMemory::Backing::private_memfd) add_private_copies(r, first, out);
+        if (private_copies) add_private_copies(r, first, out);
         first += r.size / kPageSize;
     }
     return out;
+}
+
+bool lazy(const GuestMemory& memory) {
+    return memory.backing() == GuestMemory::Backing::lazy_memfd ||
+           memory.backing() == GuestMemory::Backing::lazy_private_memfd;
 }
 
 }  // namespace
@@ -188,7 +196,8 @@ uint64_t put_memfd(LayerBuilder& builder, int memfd, uint64_t bytes, uint64_t fi
 
 PageBitmap nonzero_pages(const GuestMemory& memory) {
     const uint64_t total = memory.ram_bytes() / kPageSize;
-    const std::optional<PageBitmap> candidates = candidate_pages(memory);
+    // Lazily served RAM: a hole is a page not fetched yet, read it through the mapping too.
+    const std::optional<PageBitmap> candidates = lazy(memory) ? std::nullopt : candidate_pages(memory);
     PageBitmap out((total + 63) / 64, 0);
     uint64_t first = 0;  // linear index of the region's page 0
     for (const MemoryRegion& r : memory.regions()) {
@@ -233,6 +242,22 @@ LayerBuilder::LayerBuilder(const std::string& path, uint64_t ram_bytes, const st
 }
 
 LayerBuilder::~LayerBuilder() = default;
+
+bool LayerBuilder::has(uint64_t page) const noexcept {
+    return page < total_ && kind_[page].load(std::memory_order_acquire) != 0;
+}
+
+uint64_t put_chain_rest(LayerBuilder& builder, const LayerChain& chain) {
+    uint64_t pages = 0;
+    for (uint64_t p = 0; p < chain.total_pages(); ++p) {
+        if (builder.has(p)) continue;
+        const LayerFile* layer = chain.find(p);
+        if (!layer) continue;  // zero
+        builder.put(p, 1, layer->page_verified(p).data());
+        ++pages;
+    }
+    return pages;
+}
 
 void LayerBuilder::put(uint64_t first, uint64_t count, const uint8_t* host) {
     if (first > total_ || count > total_ - first)

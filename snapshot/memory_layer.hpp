@@ -103,14 +103,17 @@ void for_each_data_extent(int fd, uint64_t offset, uint64_t bytes,
 /// The non-zero pages of `memory`. For Backing::memfd only the memfd's data extents
 /// (SEEK_DATA/SEEK_HOLE) are read; for private_memfd those plus the pages this
 /// process holds privately (/proc/self/pagemap); other backings are read page by
-/// page through the mapping (a lazily filled memory is faulted in).
+/// page through the mapping (a lazily served memory is faulted in).
 PageBitmap nonzero_pages(const GuestMemory& memory);
 
 /// The pages of `memory` that may hold data, without reading them: for
 /// Backing::memfd the memfd's data extents (SEEK_DATA/SEEK_HOLE; a page written
 /// and then zeroed is included), for private_memfd those plus the pages held as
-/// private copies or swapped (/proc/self/pagemap), for other backings
-/// nonzero_pages(memory). Cheap enough to run inside a snapshot's pause.
+/// private copies or swapped (/proc/self/pagemap), for private_file
+/// nonzero_pages(memory). For the lazy backings (lazy_memfd, lazy_private_memfd)
+/// the pages this VM holds the same way: every other page is its layer chain's
+/// (snapshot/uffd_backend.hpp), so these are what a layer over that chain needs.
+/// Cheap enough to run inside a snapshot's pause.
 PageBitmap populated_pages(const GuestMemory& memory);
 
 /// The pages this process holds as private anonymous copies (or in swap) in the
@@ -140,6 +143,8 @@ public:
     /// Writes bitmap, CRC table and header; fdatasync (unless skip_sync()). Call
     /// once, after every put.
     LayerWriteResult finish();
+    /// True if page `page` was put (zero or data).
+    bool has(uint64_t page) const noexcept;
     /// finish() leaves the file in the page cache (a fork base: never needed after
     /// a host crash).
     void skip_sync() noexcept { sync_ = false; }
@@ -235,6 +240,12 @@ public:
 private:
     std::vector<LayerFile> layers_;
 };
+
+/// Puts every page that `chain` holds and `builder` does not have yet (checked
+/// against its CRC): a merged layer, the VM's own pages over its chain's. Call
+/// after every other put. Returns the pages added. Throws SnapshotError (corrupt
+/// page), SysError (pwrite).
+uint64_t put_chain_rest(LayerBuilder& builder, const LayerChain& chain);
 
 /// Writes `chain` as one flat file at `path` (page p at kLayerDataOffset + p*4096,
 /// zero pages as holes), checking every page's CRC on the way; its header's

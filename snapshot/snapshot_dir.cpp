@@ -68,7 +68,12 @@ PageBitmap collect_dirty_pages(Machine& machine, DirtyTracker* tracker) {
 }
 
 std::unique_ptr<PendingSnapshot> start_full_snapshot(const Kvm& kvm, Machine& machine, const std::string& dir,
-                                                     DirtyTracker* tracker, CopyMode mode, SnapshotExtras extras) {
+                                                     DirtyTracker* tracker, CopyMode mode, SnapshotExtras extras,
+                                                     UffdServer* uffd) {
+    GuestMemory& memory = machine.memory();
+    const bool lazy = memory.backing() == GuestMemory::Backing::lazy_memfd ||
+                      memory.backing() == GuestMemory::Backing::lazy_private_memfd;
+    if (lazy && !uffd) throw Error("snapshot: guest RAM is served by a userfaultfd handler that was not given");
     SnapshotContent content;
     double state_ms = 0;
     content.state = capture_state(kvm, machine, std::move(extras.devices), state_ms);
@@ -77,24 +82,41 @@ std::unique_ptr<PendingSnapshot> start_full_snapshot(const Kvm& kvm, Machine& ma
     auto t = Clock::now();
     if (machine.config().log_dirty_pages) (void)collect_dirty_pages(machine, tracker);  // start a new epoch
     content.drop_zero_pages = true;
+    if (lazy) {
+        // The pages the VM holds, over the chain it is served from: a diff over that
+        // chain's top (in another snapshot directory), or merged with it.
+        content.uffd = uffd;
+        const LayerChain& chain = uffd->chain();
+        if (chain.layers().size() >= kMaxLayerChain) {
+            content.fill_from = &chain;
+        } else {
+            std::filesystem::create_directories(dir);
+            const LayerFile& top = chain.layers().front();
+            content.parent = ParentRef{std::filesystem::relative(std::filesystem::absolute(top.path()),
+                                                                 std::filesystem::absolute(dir))
+                                           .string(),
+                                       top.checksum()};
+            content.drop_zero_pages = false;  // a zero page hides the chain's
+        }
+    }
     double dirty_ms = 0, freeze_ms = 0;
-    if (mode == CopyMode::freeze && freeze_unsupported_reason(machine.memory()).empty()) {
+    if (mode == CopyMode::freeze && freeze_unsupported_reason(memory, uffd).empty()) {
         dirty_ms = ms_since(t);
         t = Clock::now();
-        content.frozen = std::make_unique<FrozenRam>(freeze_ram(machine.memory()));
+        content.frozen = std::make_unique<FrozenRam>(freeze_ram(memory, uffd));
         freeze_ms = ms_since(t);
     } else {
-        content.pages = populated_pages(machine.memory());
+        content.pages = populated_pages(memory);
         dirty_ms = ms_since(t);
     }
-    auto pending = std::make_unique<PendingSnapshot>(dir, machine.memory(), std::move(content), mode);
+    auto pending = std::make_unique<PendingSnapshot>(dir, memory, std::move(content), mode);
     pending->add_pause_figures(state_ms, dirty_ms, freeze_ms);
     return pending;
 }
 
 std::unique_ptr<PendingSnapshot> start_diff_snapshot(const Kvm& kvm, Machine& machine, const std::string& dir,
                                                      const std::string& parent_dir, DirtyTracker* tracker,
-                                                     CopyMode mode, SnapshotExtras extras) {
+                                                     CopyMode mode, SnapshotExtras extras, UffdServer* uffd) {
     if (!machine.config().log_dirty_pages)
         throw Error("diff snapshot: the machine does not log dirty pages (MachineConfig::log_dirty_pages)");
     if (!is_durable(parent_dir))
@@ -114,6 +136,7 @@ std::unique_ptr<PendingSnapshot> start_diff_snapshot(const Kvm& kvm, Machine& ma
     content.state = capture_state(kvm, machine, std::move(extras.devices), state_ms);
     content.extra_parts = std::move(extras.extra_parts);
     content.sync = extras.sync;
+    content.uffd = uffd;
     const auto t = Clock::now();
     content.pages = collect_dirty_pages(machine, tracker);
     const double dirty_ms = ms_since(t);
@@ -165,35 +188,38 @@ std::string ensure_flat_memory(const std::string& dir) {
     return flat;
 }
 
-namespace {
-
-// Lets the uffd handler stop the Machine made after it. The prefetch thread starts
-// before the Machine exists: an error it meets then (a corrupt page) is kept and
-// stops the Machine as soon as it is attached, before any vCPU runs on a page that
-// was zero-filled in its place.
-class StopTarget {
-public:
-    void error(const std::string& message) {
-        std::lock_guard lock(mutex_);
-        if (machine_) {
-            machine_->request_stop(StopReason{StopReason::Kind::error, {}, message});
-        } else if (!pending_) {
-            pending_ = message;
-        }
+void UffdErrorSink::error(const std::string& message) {
+    std::lock_guard lock(mutex_);
+    if (machine_) {
+        machine_->request_stop(StopReason{StopReason::Kind::error, {}, message});
+    } else if (!pending_) {
+        pending_ = message;
     }
-    void attach(Machine* machine) {
-        std::lock_guard lock(mutex_);
-        machine_ = machine;
-        if (machine_ && pending_) machine_->request_stop(StopReason{StopReason::Kind::error, {}, *pending_});
-    }
+}
 
-private:
-    std::mutex mutex_;
-    Machine* machine_ = nullptr;
-    std::optional<std::string> pending_;
-};
+void UffdErrorSink::attach(Machine* machine) {
+    std::lock_guard lock(mutex_);
+    machine_ = machine;
+    if (machine_ && pending_) machine_->request_stop(StopReason{StopReason::Kind::error, {}, *pending_});
+}
 
-}  // namespace
+LayerChain open_chain(const std::string& top_layer) {
+    return LayerChain::open(std::filesystem::absolute(top_layer).lexically_normal().string());
+}
+
+std::unique_ptr<UffdServer> serve_chain(GuestMemory& memory, const std::string& top_layer,
+                                        const std::shared_ptr<UffdErrorSink>& sink, UffdPrefetch prefetch) {
+    return serve_chain(memory, open_chain(top_layer), sink, std::move(prefetch));
+}
+
+std::unique_ptr<UffdServer> serve_chain(GuestMemory& memory, LayerChain chain,
+                                        const std::shared_ptr<UffdErrorSink>& sink, UffdPrefetch prefetch) {
+    if (chain.ram_bytes() != memory.ram_bytes())
+        throw SnapshotError(fmt::format("{}: {} bytes of RAM, vm.state says {}", chain.layers().front().path(),
+                                        chain.ram_bytes(), memory.ram_bytes()));
+    return std::make_unique<UffdServer>(
+        memory, std::move(chain), [sink](const std::string& message) { sink->error(message); }, std::move(prefetch));
+}
 
 std::vector<uint8_t> read_checked_state(const std::string& dir, const Manifest& manifest) {
     check_parts(dir, manifest, PartCheck::sizes);
@@ -212,53 +238,111 @@ std::vector<uint8_t> read_checked_state(const std::string& dir, const Manifest& 
 
 std::vector<uint8_t> read_checked_state(const std::string& dir) { return read_checked_state(dir, read_manifest(dir)); }
 
-RestoredMachine restore_snapshot(const Kvm& kvm, const std::string& dir, MemoryBackend backend) {
-    RestoredMachine out;
-    auto t = Clock::now();
+namespace {
+
+/// What both restore_snapshot overloads read first: the checked state and the chain's top.
+struct SnapshotSource {
+    VmState state;
+    std::string layer;  ///< dir/memory.layer
+};
+
+SnapshotSource open_source(const std::string& dir) {
     const Manifest manifest = read_manifest(dir);
     const std::string state_path = snapshot_part(dir, kStateFileName);
     const std::vector<uint8_t> bytes = read_checked_state(dir, manifest);
-    const VmState state = decode_vm_state(bytes, state_path);
+    SnapshotSource source{decode_vm_state(bytes, state_path), snapshot_part(dir, kLayerFileName)};
     if (!manifest.find(kLayerFileName))
         throw SnapshotError(fmt::format("{}/{}: memory.layer is not listed", dir, kManifestFileName));
-    out.devices = state.devices;
+    return source;
+}
+
+/// The file backend checks every layer of the chain whole before the VM runs, once
+/// per layer (against its own directory's manifest, cached in parts.verified; a
+/// layer there for no manifest is checked page by page on first touch only),
+/// naming a damaged page.
+void check_chain_parts(const LayerChain& chain) {
+    for (const LayerFile& layer : chain.layers()) {
+        const std::filesystem::path path(layer.path());
+        const std::string dir = path.parent_path().string();
+        if (path.filename() != kLayerFileName || !is_durable(dir)) continue;
+        try {
+            check_parts_cached(dir, read_manifest(dir), {kLayerFileName});
+        } catch (const SnapshotError&) {
+            // Name the damaged page if it is page data (each page has its own CRC);
+            // anything else (bitmap, tables: checked by open) keeps the part's error.
+            for (uint64_t p = 0; p < layer.header().total_pages; ++p)
+                if (layer.has(p)) (void)layer.page_verified(p);
+            throw;
+        }
+    }
+}
+
+/// Serves `memory` (fresh memfds) from `source`'s chain; uffd: with the prefetch.
+std::unique_ptr<UffdServer> serve_snapshot(GuestMemory& memory, const std::string& dir, const SnapshotSource& source,
+                                           MemoryBackend backend, const std::shared_ptr<UffdErrorSink>& sink,
+                                           size_t& prefetch_pages) {
+    UffdPrefetch prefetch;
+    if (backend == MemoryBackend::uffd) {
+        // What the last uffd restore of this snapshot touched first comes in first.
+        prefetch.record_path = snapshot_part(dir, kPrefetchFileName);
+        std::string why;
+        prefetch.pages = read_prefetch_list(prefetch.record_path, memory.ram_bytes() / kPageSize, why);
+        if (!why.empty()) log_line(fmt::format("uffd restore: no prefetch: {}", why));
+        prefetch_pages = prefetch.pages.size();
+    }
+    LayerChain chain = open_chain(source.layer);
+    if (backend == MemoryBackend::file) check_chain_parts(chain);
+    return serve_chain(memory, std::move(chain), sink, std::move(prefetch));
+}
+
+}  // namespace
+
+RestoredMachine restore_snapshot(const Kvm& kvm, const std::string& dir, MemoryBackend backend) {
+    RestoredMachine out;
+    auto t = Clock::now();
+    const SnapshotSource source = open_source(dir);
+    out.devices = source.state.devices;
     out.state_ms = ms_since(t);
 
     t = Clock::now();
-    GuestMemory memory;
-    auto target = std::make_shared<StopTarget>();
-    if (backend == MemoryBackend::file) {
-        const std::string flat = ensure_flat_memory(dir);  // memory.layer itself for a full snapshot
-        const Fd fd(::open(flat.c_str(), O_RDONLY | O_CLOEXEC));
-        if (!fd) throw_errno("open " + flat);
-        const LayerFile header = LayerFile::open(flat);
-        if (header.header().ram_bytes != state.machine.ram_bytes)
-            throw SnapshotError(fmt::format("{}: {} bytes of RAM, vm.state says {}", flat, header.header().ram_bytes,
-                                            state.machine.ram_bytes));
-        memory = GuestMemory::map_file_private(fd.get(), state.machine.ram_bytes, kLayerDataOffset);
-    } else {
-        LayerChain chain = LayerChain::open(snapshot_part(dir, kLayerFileName));
-        if (chain.ram_bytes() != state.machine.ram_bytes)
-            throw SnapshotError(fmt::format("{}: {} bytes of RAM, vm.state says {}", snapshot_part(dir, kLayerFileName),
-                                            chain.ram_bytes(), state.machine.ram_bytes));
-        memory = GuestMemory::create(state.machine.ram_bytes);
-        // What the last uffd restore of this snapshot touched first comes in first.
-        UffdPrefetch prefetch;
-        prefetch.record_path = snapshot_part(dir, kPrefetchFileName);
-        std::string why;
-        prefetch.pages = read_prefetch_list(prefetch.record_path, chain.total_pages(), why);
-        if (!why.empty()) log_line(fmt::format("uffd restore: no prefetch: {}", why));
-        out.prefetch_pages = prefetch.pages.size();
-        out.uffd = std::make_unique<UffdServer>(
-            memory, std::move(chain),
-            [target](const std::string& message) { target->error(message); },
-            std::move(prefetch));
-    }
+    GuestMemory memory = GuestMemory::create(source.state.machine.ram_bytes);
+    auto sink = std::make_shared<UffdErrorSink>();
+    out.uffd = serve_snapshot(memory, dir, source, backend, sink, out.prefetch_pages);
     out.memory_ms = ms_since(t);
 
     t = Clock::now();
-    out.machine = make_restored_machine(kvm, std::move(memory), state);
-    target->attach(out.machine.get());  // an error the uffd server met meanwhile stops it now
+    out.machine = make_restored_machine(kvm, std::move(memory), source.state);
+    sink->attach(out.machine.get());  // an error the uffd server met meanwhile stops it now
+    out.state_ms += ms_since(t);
+    return out;
+}
+
+RestoredMachine restore_snapshot(std::unique_ptr<Machine> standby, const std::string& dir, MemoryBackend backend) {
+    if (!standby) throw Error("restore_snapshot: no standby machine");
+    RestoredMachine out;
+    auto t = Clock::now();
+    const SnapshotSource source = open_source(dir);
+    out.devices = source.state.devices;
+    Machine& machine = *standby;
+    if (!same_shape(source.state.machine, machine_shape(machine)))
+        throw SnapshotError(fmt::format("{}: the snapshot's machine ({}) is not the standby's ({})", dir,
+                                        describe_shape(source.state.machine), describe_shape(machine_shape(machine))));
+    out.state_ms = ms_since(t);
+
+    t = Clock::now();
+    GuestMemory& memory = machine.memory();
+    // Its memfds should hold no page (nothing ran); drop any so that every page is served.
+    for (const MemoryRegion& r : memory.regions())
+        if (::fallocate(r.memfd.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(r.size)) != 0)
+            throw_errno("fallocate(PUNCH_HOLE) standby RAM");
+    auto sink = std::make_shared<UffdErrorSink>();
+    out.uffd = serve_snapshot(memory, dir, source, backend, sink, out.prefetch_pages);
+    sink->attach(&machine);
+    out.memory_ms = ms_since(t);
+
+    t = Clock::now();
+    restore_vm_state(machine, source.state);
+    out.machine = std::move(standby);
     out.state_ms += ms_since(t);
     return out;
 }

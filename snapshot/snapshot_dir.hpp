@@ -9,6 +9,8 @@
 #pragma once
 
 #include <functional>
+#include <mutex>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,6 +26,13 @@
 namespace nanovm::snapshot {
 
 inline constexpr const char* kFlatFileName = "memory.flat";
+
+/// A snapshot of a restored VM is a diff over the layer chain its RAM is served
+/// from (the snapshot it was restored from, and that one's chain): while that chain
+/// has fewer than this many layers. Else it writes a merged layer (its own pages
+/// and every page of the chain: a full layer, self-contained) into the new
+/// snapshot; the old directories are never rewritten.
+inline constexpr size_t kMaxLayerChain = 4;
 
 /// What a snapshot of a machine with devices adds to the memory and KVM state.
 struct SnapshotExtras {
@@ -51,19 +60,25 @@ PageBitmap collect_dirty_pages(Machine& machine, DirtyTracker* tracker);
 /// log_dirty_pages it first clears the dirty log and `tracker`, so a later diff
 /// snapshot holds exactly what changed after this one (writes made during the
 /// background copy included). The Machine must outlive the PendingSnapshot.
+/// A restored VM (RAM served by `uffd`, Backing::lazy_*; required then) is frozen
+/// or write-protected the same way, with that server; its layer holds the pages
+/// the VM holds and names the top of the server's chain as its parent (in another
+/// snapshot directory; the manifest lists the chain), or, once that chain has
+/// kMaxLayerChain layers, is merged with the chain into a full layer.
 std::unique_ptr<PendingSnapshot> start_full_snapshot(const Kvm& kvm, Machine& machine, const std::string& dir,
                                                      DirtyTracker* tracker, CopyMode mode = CopyMode::freeze,
-                                                     SnapshotExtras extras = {});
+                                                     SnapshotExtras extras = {}, UffdServer* uffd = nullptr);
 
 /// Starts a diff snapshot of a paused `machine` into `dir`: vm.state and a memory
 /// layer of the pages collect_dirty_pages reports, whose parent is `parent_dir`'s
 /// layer (referred to by relative path and checksum). The parent must be durable
 /// and be the last snapshot taken of this machine, or the one it was restored from.
 /// Throws SnapshotError if the parent has no valid manifest.
+/// `uffd`: the server of a restored VM's RAM (its write-protect is borrowed).
 std::unique_ptr<PendingSnapshot> start_diff_snapshot(const Kvm& kvm, Machine& machine, const std::string& dir,
                                                      const std::string& parent_dir, DirtyTracker* tracker,
                                                      CopyMode mode = CopyMode::background,
-                                                     SnapshotExtras extras = {});
+                                                     SnapshotExtras extras = {}, UffdServer* uffd = nullptr);
 
 /// start_full_snapshot with the copy inside the pause, waited until durable.
 SnapshotStats write_full_snapshot(const Kvm& kvm, Machine& machine, const std::string& dir, DirtyTracker* tracker);
@@ -72,10 +87,15 @@ SnapshotStats write_full_snapshot(const Kvm& kvm, Machine& machine, const std::s
 SnapshotStats write_diff_snapshot(const Kvm& kvm, Machine& machine, const std::string& dir,
                                   const std::string& parent_dir, DirtyTracker* tracker);
 
-/// How a restore backs guest RAM.
+/// How a restore fills guest RAM. Both make memfds served on first touch from the
+/// snapshot's layer chain by a UffdServer (snapshot/uffd_backend.hpp), which a
+/// snapshot or fork of the restored VM freezes in its pause like a booted VM's RAM.
+/// (The file backend mapped memory.layer MAP_PRIVATE before issue 18: Linux 6.1
+/// refuses userfaultfd on such mappings, so that VM's snapshots copied its RAM in
+/// the pause.)
 enum class MemoryBackend {
-    file,  ///< MAP_PRIVATE of the full snapshot's memory.layer, or of dir/memory.flat for a diff chain
-    uffd,  ///< memfds filled on demand by a UffdServer, prefetching what the last uffd restore touched first
+    file,  ///< on first touch only
+    uffd,  ///< and first the pages the last uffd restore touched first (prefetch.pages)
 };
 
 /// A Machine restored from a snapshot, with what keeps its memory served. Members
@@ -109,10 +129,42 @@ std::vector<uint8_t> read_checked_state(const std::string& dir);
 /// log_dirty_pages so that it can be snapshotted again, as a diff over `dir` or in
 /// full). Checks first: the manifest ("incomplete snapshot (no manifest): DIR"
 /// otherwise), every part's size, vm.state's CRC-32C against the manifest, the
-/// layer chain's own checksums (header, bitmap, CRC table; each page when it is
-/// read: all of them by the file backend's flatten, on first touch by uffd).
+/// layer chain's own checksums (header, bitmap, CRC table; each page on first touch).
 /// Throws SnapshotError naming the corrupt or inconsistent part, SysError.
 RestoredMachine restore_snapshot(const Kvm& kvm, const std::string& dir, MemoryBackend backend);
+
+/// restore_snapshot into `standby` (make_fork_standby: a Machine of the snapshot's
+/// shape made ahead, never run): its RAM (fresh memfds, memslots already in KVM)
+/// is served from the snapshot's chain, then the vCPU and VM state set. Throws
+/// SnapshotError when the snapshot's shape (vCPUs, irqchip, RAM bytes) is not the
+/// standby's, else as restore_snapshot; the standby is consumed either way.
+RestoredMachine restore_snapshot(std::unique_ptr<Machine> standby, const std::string& dir, MemoryBackend backend);
+
+/// Passes the errors of a UffdServer made before its Machine on to that Machine once
+/// attached (Machine::request_stop with the message): an error met before (a corrupt
+/// page the prefetch read) stops it as soon as it is attached, before a vCPU runs.
+class UffdErrorSink {
+public:
+    void error(const std::string& message);
+    void attach(Machine* machine);
+
+private:
+    std::mutex mutex_;
+    Machine* machine_ = nullptr;
+    std::optional<std::string> pending_;
+};
+
+/// A UffdServer over `memory` serving the chain whose top layer is `top_layer`
+/// (opened as an absolute path), its errors going to `sink`. Throws SnapshotError
+/// (chain, RAM size), SysError, Error as UffdServer.
+std::unique_ptr<UffdServer> serve_chain(GuestMemory& memory, const std::string& top_layer,
+                                        const std::shared_ptr<UffdErrorSink>& sink, UffdPrefetch prefetch = {});
+/// The same with the chain opened already.
+std::unique_ptr<UffdServer> serve_chain(GuestMemory& memory, LayerChain chain,
+                                        const std::shared_ptr<UffdErrorSink>& sink, UffdPrefetch prefetch = {});
+/// LayerChain::open of `top_layer` as an absolute path (a snapshot of the VM names
+/// it relative to its own directory, wherever the process runs).
+LayerChain open_chain(const std::string& top_layer);
 
 /// The file to map for the "file" backend (RAM at kLayerDataOffset, page p at
 /// + p * 4 KiB): memory.layer itself when it is a base layer (a full snapshot),

@@ -37,6 +37,17 @@ void fsync_dir(const std::string& dir) {
 
 }  // namespace
 
+std::vector<ChainLayer> chain_lines(const std::string& dir, const LayerChain& chain, size_t first) {
+    const std::filesystem::path base = std::filesystem::absolute(dir);
+    std::vector<ChainLayer> out;
+    for (size_t i = first; i < chain.layers().size(); ++i) {
+        const LayerFile& layer = chain.layers()[i];
+        out.push_back({std::filesystem::relative(std::filesystem::absolute(layer.path()), base).string(),
+                       layer.checksum()});
+    }
+    return out;
+}
+
 PendingSnapshot::PendingSnapshot(const std::string& dir, GuestMemory& memory, SnapshotContent content, CopyMode mode)
     : dir_(dir), memory_(memory), content_(std::move(content)), start_(Clock::now()) {
     // Inside the pause: only what must see the memory as it is now. Nothing here
@@ -51,11 +62,11 @@ PendingSnapshot::PendingSnapshot(const std::string& dir, GuestMemory& memory, Sn
         // Nothing to protect: nobody writes the frozen memfds any more.
         stats_.frozen = true;
     } else if (mode != CopyMode::in_pause) {
-        std::string reason = WriteProtectCopy::unsupported_reason(memory_);
+        std::string reason = WriteProtectCopy::unsupported_reason(memory_, content_.uffd);
         if (reason.empty()) {
             const auto t = Clock::now();
             try {
-                copy_ = std::make_unique<WriteProtectCopy>(memory_, content_.pages, *builder_);
+                copy_ = std::make_unique<WriteProtectCopy>(memory_, content_.pages, *builder_, content_.uffd);
             } catch (const Error& e) {
                 reason = e.what();
             }
@@ -103,6 +114,7 @@ void PendingSnapshot::write_rest() {
     } else {
         put_pages(*builder_, memory_, content_.pages);
     }
+    if (content_.fill_from) put_chain_rest(*builder_, *content_.fill_from);
     const LayerWriteResult r = builder_->finish();
     builder_.reset();
     const std::string layer = snapshot_part(dir_, kLayerFileName);
@@ -120,7 +132,9 @@ void PendingSnapshot::write_rest() {
         if (sync) fsync_dir(dir_);
         stats_.extra_ms = ms_since(t);
     }
-    write_manifest(dir_, parts, sync);
+    std::vector<ChainLayer> chain;
+    if (content_.parent) chain = chain_lines(dir_, LayerChain::open(layer), 1);
+    write_manifest(dir_, parts, sync, chain);
     stats_.durable_ms = ms_since(start_);
     durable_.store(true, std::memory_order_release);
 }

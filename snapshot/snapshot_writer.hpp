@@ -10,7 +10,9 @@
 // The memory layer is copied either in the background under userfaultfd
 // write-protect (snapshot/wp_copy.hpp: the caller resumes the VM as soon as the
 // constructor returns) or, when that is not possible, right away in the caller's
-// pause (the reason is logged). Needs no /dev/kvm: snapshot_dir.cpp feeds it from
+// pause (the reason is logged). A layer with a parent in another snapshot directory
+// (a snapshot of a restored VM: snapshot_dir.hpp) has that chain listed in its
+// manifest (snapshot/manifest.hpp "chain"). Needs no /dev/kvm: snapshot_dir.cpp feeds it from
 // a Machine, the unit tests from a GuestMemory and a hand-made vm.state.
 #pragma once
 
@@ -27,6 +29,7 @@
 #include <vector>
 
 #include "snapshot/frozen_ram.hpp"
+#include "snapshot/manifest.hpp"
 #include "snapshot/memory_layer.hpp"
 #include "vmm/guest_memory.hpp"
 
@@ -45,6 +48,11 @@ inline std::string snapshot_part(const std::string& dir, const char* name) {
 inline double ms_since(std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
 }
+
+/// A manifest's chain lines (snapshot/manifest.hpp) for snapshot directory `dir`:
+/// the layers of `chain` from index `first` on (1: below the directory's own
+/// memory.layer; 0: all, for a fork base), each path relative to `dir`.
+std::vector<ChainLayer> chain_lines(const std::string& dir, const LayerChain& chain, size_t first);
 
 /// What a snapshot wrote and how long its parts took (ms, steady clock).
 struct SnapshotStats {
@@ -92,6 +100,13 @@ struct SnapshotContent {
     /// RAM frozen in the pause (CopyMode::freeze): the layer is every page its memfds
     /// hold, read by the writer, which then releases and seals it.
     std::unique_ptr<FrozenRam> frozen;
+    /// RAM served by this UffdServer (a restored VM): the background copy borrows its
+    /// userfaultfd (write-protect is registered there). Must outlive the snapshot.
+    UffdServer* uffd = nullptr;
+    /// A merged layer (no parent, drop_zero_pages): after the pages above, every page
+    /// this chain holds and they left out (snapshot/memory_layer.hpp put_chain_rest).
+    /// Must outlive the snapshot (the UffdServer's chain).
+    const LayerChain* fill_from = nullptr;
 };
 
 /// A snapshot being written. The constructor returns once nothing more needs the

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <shared_mutex>
 
 #include <fmt/format.h>
 
@@ -28,26 +29,27 @@ UffdServer::UffdServer(GuestMemory& memory, LayerChain chain, std::function<void
     if (chain_.ram_bytes() != memory.ram_bytes())
         throw SnapshotError(fmt::format("memory layer has {} bytes of RAM, the machine {}", chain_.ram_bytes(),
                                         memory.ram_bytes()));
-    uffd_ = open_userfaultfd();
-    if (!(negotiate_userfaultfd(uffd_.get(), 0, "restore") & UFFD_FEATURE_MISSING_SHMEM))
+    const GuestMemory::Backing backing = memory.backing();
+    if (backing != GuestMemory::Backing::memfd && backing != GuestMemory::Backing::private_memfd)
+        throw Error("userfaultfd restore: guest RAM must be fresh memfds or a private mapping of frozen ones");
+    const uint64_t offered = userfaultfd_features();
+    if (!(offered & UFFD_FEATURE_MISSING_SHMEM))
         throw Error("userfaultfd: this kernel cannot serve missing pages of shmem (no UFFD_FEATURE_MISSING_SHMEM)");
-    uint64_t first = 0;
-    for (const MemoryRegion& r : memory.regions()) {
-        register_userfaultfd_range(uffd_.get(), r.host, r.size, UFFDIO_REGISTER_MODE_MISSING,
-                                   (1ULL << _UFFDIO_COPY) | (1ULL << _UFFDIO_ZEROPAGE), "missing pages");
-        regions_.push_back({reinterpret_cast<uint64_t>(r.host), r.size, first});
-        first += r.size / kPageSize;
-    }
-    memory.set_backing(GuestMemory::Backing::lazy_memfd);
+    wp_ = (offered & kUffdWpFeatures) == kUffdWpFeatures;
+    uffd_ = open_userfaultfd();
+    negotiate_userfaultfd(uffd_.get(), wp_ ? kUffdWpFeatures : 0, "restore");
+    register_regions(memory);
+    const bool fresh = backing == GuestMemory::Backing::memfd;
+    memory.set_backing(fresh ? GuestMemory::Backing::lazy_memfd : GuestMemory::Backing::lazy_private_memfd);
     stop_ = Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     if (!stop_) throw_errno("eventfd");
-    if (prefetch.pages.empty() && !prefetch.record_path.empty()) {
+    if (fresh && prefetch.pages.empty() && !prefetch.record_path.empty()) {
         record_path_ = std::move(prefetch.record_path);
         seen_.assign((chain_.total_pages() + 63) / 64, 0);
         recording_ = true;
     }
     thread_ = std::thread([this] { loop(); });
-    if (prefetch.pages.empty()) {
+    if (!fresh || prefetch.pages.empty()) {
         prefetch_done_.store(true, std::memory_order_release);
     } else {
         prefetch_thread_ = std::thread([this, pages = std::move(prefetch.pages)]() mutable {
@@ -56,9 +58,41 @@ UffdServer::UffdServer(GuestMemory& memory, LayerChain chain, std::function<void
     }
 }
 
-UffdServer::~UffdServer() {
-    stopping_.store(true, std::memory_order_relaxed);
+void UffdServer::register_regions(GuestMemory& memory) {
+    regions_.clear();
+    uint64_t first = 0;
+    const uint64_t mode = UFFDIO_REGISTER_MODE_MISSING | (wp_ ? UFFDIO_REGISTER_MODE_WP : 0);
+    const uint64_t ioctls = (1ULL << _UFFDIO_COPY) | (1ULL << _UFFDIO_ZEROPAGE) | (wp_ ? 1ULL << _UFFDIO_WRITEPROTECT : 0);
+    for (const MemoryRegion& r : memory.regions()) {
+        register_userfaultfd_range(uffd_.get(), r.host, r.size, mode, ioctls, "missing pages");
+        regions_.push_back({reinterpret_cast<uint64_t>(r.host), r.size, first});
+        first += r.size / kPageSize;
+    }
+}
+
+void UffdServer::stop_prefetch() {
+    prefetch_stop_.store(true, std::memory_order_relaxed);
     if (prefetch_thread_.joinable()) prefetch_thread_.join();
+    prefetch_done_.store(true, std::memory_order_release);
+}
+
+void UffdServer::remap(GuestMemory& memory, const std::function<void()>& replace) {
+    stop_prefetch();
+    std::unique_lock lock(fill_mutex_);
+    replace();
+    // The old mapping went aside without its registration (mremap drops it when
+    // UFFD_FEATURE_EVENT_REMAP was not asked for): register the new one.
+    register_regions(memory);
+    memory.set_backing(GuestMemory::Backing::lazy_private_memfd);
+}
+
+void UffdServer::set_wp_handler(std::function<void(uint64_t)> handler) {
+    std::lock_guard lock(wp_mutex_);
+    wp_handler_ = std::move(handler);
+}
+
+UffdServer::~UffdServer() {
+    stop_prefetch();
     const uint64_t one = 1;
     [[maybe_unused]] const ssize_t n = ::write(stop_.get(), &one, sizeof(one));
     if (thread_.joinable()) thread_.join();
@@ -67,7 +101,7 @@ UffdServer::~UffdServer() {
 
 void UffdServer::prefetch_loop(std::vector<uint32_t> pages) {
     for (const uint32_t page : pages) {
-        if (stopping_.load(std::memory_order_relaxed)) break;
+        if (prefetch_stop_.load(std::memory_order_relaxed)) break;
         for (const Region& r : regions_) {
             if (page < r.first_page || page - r.first_page >= r.size / kPageSize) continue;
             if (fill(r.host + (page - r.first_page) * kPageSize, false)) prefetched_.fetch_add(1, std::memory_order_relaxed);
@@ -126,8 +160,30 @@ void UffdServer::loop() {
             report(fmt::format("userfaultfd read: {}", std::strerror(errno)));
             return;
         }
-        for (size_t i = 0; i < static_cast<size_t>(n) / sizeof(uffd_msg); ++i)
-            if (msgs[i].event == UFFD_EVENT_PAGEFAULT) serve(msgs[i].arg.pagefault.address);
+        for (size_t i = 0; i < static_cast<size_t>(n) / sizeof(uffd_msg); ++i) {
+            if (msgs[i].event != UFFD_EVENT_PAGEFAULT) continue;
+            if (msgs[i].arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WP) {
+                on_write_protect(msgs[i].arg.pagefault.address);
+            } else {
+                serve(msgs[i].arg.pagefault.address);
+            }
+        }
+    }
+}
+
+void UffdServer::on_write_protect(uint64_t address) {
+    std::lock_guard lock(wp_mutex_);
+    if (wp_handler_) {
+        wp_handler_(address);
+        return;
+    }
+    // Nothing protects pages but a background copy, which un-protects all before it
+    // detaches: a late fault only needs waking.
+    uffdio_writeprotect wp{};
+    wp.range.start = address & ~(kPageSize - 1);
+    wp.range.len = kPageSize;
+    wp.mode = 0;
+    while (::ioctl(uffd_.get(), UFFDIO_WRITEPROTECT, &wp) != 0 && (errno == EAGAIN || errno == EINTR)) {
     }
 }
 
@@ -137,6 +193,7 @@ void UffdServer::serve(uint64_t address) {
 }
 
 bool UffdServer::fill(uint64_t page_addr, bool fault) {
+    std::shared_lock lock(fill_mutex_);  // not across remap(): see there
     const Region* region = nullptr;
     for (const Region& r : regions_)
         if (page_addr >= r.host && page_addr - r.host < r.size) region = &r;

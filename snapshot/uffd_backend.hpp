@@ -1,13 +1,31 @@
-// Restore backend "uffd": guest RAM is a fresh set of memfds (GuestMemory
-// Backing::lazy_memfd) registered with userfaultfd in MISSING mode; a handler
-// thread fills each page on its first touch (by a vCPU through KVM, or by the VMM)
-// from the topmost layer of the chain holding it (UFFDIO_COPY, after checking the
-// page's CRC) or with zeros (UFFDIO_ZEROPAGE). The memory stays ordinary memfds,
-// so the restored VM can be snapshotted again. Prefetch (UffdPrefetch): the pages
-// the previous restore of the same snapshot faulted first are copied in by a second
-// thread right away, in that order; a restore without such a list records its own
-// first faults for the next one (snapshot/prefetch_list.hpp). Source: Documentation/admin-guide/
-// mm/userfaultfd.rst (Linux 6.1); shmem ranges need UFFD_FEATURE_MISSING_SHMEM.
+// How a restored VM's RAM is served (both restore backends; issue 18): guest RAM is
+// a fresh set of memfds mapped MAP_SHARED (GuestMemory Backing::lazy_memfd)
+// registered with userfaultfd in MISSING mode; a handler thread fills each page on
+// its first touch (by a vCPU through KVM, or by the VMM) from the topmost layer of
+// the chain holding it (UFFDIO_COPY, after checking the page's CRC) or with zeros
+// (UFFDIO_ZEROPAGE). Every VM restored from a snapshot shares the layer files' page
+// cache as the source; the pages it touched are its own (in its memfds).
+// Why not a MAP_PRIVATE mapping of the layer file (page cache shared by every
+// restored VM): Linux 6.1 refuses userfaultfd (MISSING and write-protect alike) on
+// MAP_PRIVATE mappings of regular files, so such a VM could neither be frozen nor
+// write-protected; its snapshots and forks had to copy its RAM inside the pause.
+// Its memfds are what a snapshot or fork freezes, exactly as a booted VM's
+// (snapshot/frozen_ram.hpp, fork_image.hpp): in the pause the MAP_SHARED mapping
+// is moved aside and a MAP_PRIVATE mapping of the same memfds put in its place
+// (remap()); the memfds are then a frozen layer whose holes are not zeros but the
+// chain's pages, so the new mapping is registered with the same userfaultfd
+// (MISSING on private shmem: a hole is served by UFFDIO_COPY as a private page;
+// Backing::lazy_private_memfd). A fork child of such a VM maps the same memfds and
+// serves the same chain (its own UffdServer). The same userfaultfd also carries
+// write-protect (UFFDIO_REGISTER_MODE_WP, shmem: UFFD_FEATURE_WP_HUGETLBFS_SHMEM),
+// which a background snapshot copy (snapshot/wp_copy.hpp) borrows through
+// set_wp_handler: a range can be registered with one userfaultfd only.
+// Works on Linux 6.1: MISSING and WP on shmem, shared and private.
+// Prefetch (UffdPrefetch): the pages the previous restore of the same snapshot
+// faulted first are copied in by a second thread right away, in that order; a
+// restore without such a list records its own first faults for the next one
+// (snapshot/prefetch_list.hpp). Source: Documentation/admin-guide/mm/userfaultfd.rst
+// (Linux 6.1), mm/userfaultfd.c and mm/shmem.c of 6.1 (vma_can_userfault, shmem_get_folio_gfp).
 #pragma once
 
 #include <atomic>
@@ -15,6 +33,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -45,12 +64,15 @@ public:
     /// How long after the start first-touch faults are recorded for the next restore.
     static constexpr std::chrono::milliseconds kRecordWindow{5000};
 
-    /// Registers every region of `memory` (which must have been just created, all
-    /// holes) and starts the handler thread. `on_error` is called on the handler
-    /// thread with a message if a page cannot be served (corrupt layer page): the
-    /// page is then zero-filled so the faulting thread does not hang, and the
-    /// caller should stop the VM. Throws SysError (userfaultfd, UFFDIO_API,
-    /// UFFDIO_REGISTER) or Error if shmem faults are not supported.
+    /// Registers every region of `memory` and starts the handler thread. `memory`
+    /// is either just created (Backing::memfd, all holes: it becomes lazy_memfd)
+    /// or a private mapping of frozen memfds whose holes are the chain's pages
+    /// (Backing::private_memfd, not touched yet: it becomes lazy_private_memfd; no
+    /// prefetch then). `on_error` is called on the handler thread with a message
+    /// if a page cannot be served (corrupt layer page): the page is then
+    /// zero-filled so the faulting thread does not hang, and the caller should stop
+    /// the VM. Throws SysError (userfaultfd, UFFDIO_API, UFFDIO_REGISTER) or Error
+    /// if shmem faults are not supported or the backing is neither.
     UffdServer(GuestMemory& memory, LayerChain chain, std::function<void(const std::string&)> on_error = {},
                UffdPrefetch prefetch = {});
     UffdServer(const UffdServer&) = delete;
@@ -62,6 +84,28 @@ public:
     /// whatever `on_error` reaches (the Machine) goes away while the server still
     /// runs. Waits for a call in progress. Any thread.
     void detach_error_handler();
+
+    /// For a freeze (snapshot or fork) of lazy_memfd RAM, in the pause: stops the
+    /// prefetch, holds off the handler, calls `replace` (which must put a MAP_PRIVATE
+    /// mapping of the same memfds at the same HVAs: GuestMemory::remap_private),
+    /// registers the new mappings and marks `memory` lazy_private_memfd. A fault
+    /// read before the remap is served into the new mapping afterwards (the page
+    /// was a hole: its content is the chain's). Throws what `replace` throws, or
+    /// SysError (UFFDIO_REGISTER: then nothing serves the holes: fatal for the VM).
+    void remap(GuestMemory& memory, const std::function<void()>& replace);
+
+    /// True if this userfaultfd also write-protects (UFFDIO_REGISTER_MODE_WP on
+    /// every range; the kernel offered UFFD_FEATURE_WP_HUGETLBFS_SHMEM).
+    bool can_write_protect() const noexcept { return wp_; }
+    /// The userfaultfd, for UFFDIO_WRITEPROTECT by a borrower (set_wp_handler).
+    int fd() const noexcept { return uffd_.get(); }
+    /// Write-protect faults go to `handler` (called on the handler thread with the
+    /// faulting address; it must un-protect the page itself); empty: none expected
+    /// (one is logged and the page un-protected). Any thread.
+    void set_wp_handler(std::function<void(uint64_t address)> handler);
+
+    /// The chain served (its top layer is what a snapshot of this VM chains to).
+    const LayerChain& chain() const noexcept { return chain_; }
 
     uint64_t faults_served() const noexcept { return faults_.load(std::memory_order_relaxed); }
     /// Pages filled from layers / with zeros (a fault serves up to kRunPages).
@@ -80,6 +124,9 @@ private:
     };
     void loop();
     void serve(uint64_t address);
+    void on_write_protect(uint64_t address);
+    void register_regions(GuestMemory& memory);
+    void stop_prefetch();
     /// Passes `message` to on_error_ (under error_mutex_), or logs it once detached.
     void report(const std::string& message);
     /// Fills the run of pages at `page_addr` (HVA, page aligned) for a fault (handler
@@ -93,11 +140,16 @@ private:
     std::vector<Region> regions_;
     std::mutex error_mutex_;
     std::function<void(const std::string&)> on_error_;  ///< guarded by error_mutex_
+    std::mutex wp_mutex_;
+    std::function<void(uint64_t)> wp_handler_;  ///< guarded by wp_mutex_
+    /// Shared by fill() around UFFDIO_COPY/ZEROPAGE, held by remap() around the remap.
+    std::shared_mutex fill_mutex_;
+    bool wp_ = false;
     Fd uffd_;
     Fd stop_;  ///< eventfd: the destructor's wake-up
     std::atomic<uint64_t> faults_{0}, copied_{0}, zeroed_{0}, prefetched_{0};
     std::atomic<bool> prefetch_done_{false};
-    std::atomic<bool> stopping_{false};
+    std::atomic<bool> prefetch_stop_{false};
     // First-touch recording (handler thread only, then the destructor after the join).
     std::string record_path_;
     std::vector<uint32_t> recorded_;

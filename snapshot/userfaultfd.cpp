@@ -26,6 +26,18 @@ Fd open_userfaultfd() {
     throw SysError("userfaultfd", syscall_errno);
 }
 
+uint64_t userfaultfd_features() noexcept {
+    static const uint64_t offered = [] () -> uint64_t {
+        try {
+            const Fd uffd = open_userfaultfd();
+            return negotiate_userfaultfd(uffd.get(), 0, "probe");
+        } catch (const std::exception&) {
+            return 0;
+        }
+    }();
+    return offered;
+}
+
 uint64_t negotiate_userfaultfd(int uffd, uint64_t features, const char* what) {
     uffdio_api api{};
     api.api = UFFD_API;

@@ -4,11 +4,21 @@
 // Source: userfaultfd(2), Documentation/admin-guide/mm/userfaultfd.rst.
 #pragma once
 
+#include <linux/userfaultfd.h>
+
 #include <cstdint>
 
 #include "vmm/fd.hpp"
 
 namespace nanovm::snapshot {
+
+/// What write-protecting shmem (memfd) or anonymous memory needs: WP fault flags and
+/// shmem/hugetlbfs WP (PTE markers, Linux >= 5.19; on in 6.1 with CONFIG_PTE_MARKER_UFFD_WP).
+inline constexpr uint64_t kUffdWpFeatures = UFFD_FEATURE_PAGEFAULT_FLAG_WP | UFFD_FEATURE_WP_HUGETLBFS_SHMEM;
+
+/// The UFFD_FEATURE_* bits this kernel offers (one probe handshake, cached for the
+/// process: a userfaultfd takes UFFDIO_API once). 0 if userfaultfd cannot be opened.
+uint64_t userfaultfd_features() noexcept;
 
 /// userfaultfd(O_CLOEXEC | O_NONBLOCK) without UFFD_USER_MODE_ONLY, falling back to
 /// /dev/userfaultfd (USERFAULTFD_IOC_NEW, Linux 6.1) where the syscall is

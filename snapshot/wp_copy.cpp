@@ -24,19 +24,29 @@ namespace {
 // host); a writer that hits a page of the run being copied waits for that run.
 constexpr uint64_t kRunPages = 512;
 
-constexpr uint64_t kWpFeatures = UFFD_FEATURE_PAGEFAULT_FLAG_WP | UFFD_FEATURE_WP_HUGETLBFS_SHMEM;
+constexpr uint64_t kWpFeatures = kUffdWpFeatures;
 
 
 }  // namespace
 
-std::string WriteProtectCopy::unsupported_reason(const GuestMemory& memory) {
+std::string WriteProtectCopy::unsupported_reason(const GuestMemory& memory, const UffdServer* server) {
     // A fork's private mapping of its frozen memfd is shmem too: write-protect
     // covers its private copies and, with PTE markers (Linux >= 5.19), the pages
     // still read from the memfd.
-    if (memory.backing() != GuestMemory::Backing::memfd && memory.backing() != GuestMemory::Backing::private_memfd)
-        return memory.backing() == GuestMemory::Backing::lazy_memfd
-                   ? "guest RAM is served by the uffd restore backend (one userfaultfd per range)"
-                   : "guest RAM is a MAP_PRIVATE file mapping (userfaultfd write-protect needs shmem or anonymous memory)";
+    switch (memory.backing()) {
+        case GuestMemory::Backing::memfd:
+        case GuestMemory::Backing::private_memfd:
+            break;
+        case GuestMemory::Backing::lazy_memfd:
+        case GuestMemory::Backing::lazy_private_memfd:
+            if (!server) return "guest RAM is served by a userfaultfd handler that the snapshot was not given";
+            if (!server->can_write_protect())
+                return "userfaultfd: this kernel cannot write-protect shmem (no UFFD_FEATURE_WP_HUGETLBFS_SHMEM, "
+                       "Linux >= 5.19)";
+            return {};
+        case GuestMemory::Backing::private_file:
+            return "guest RAM is a MAP_PRIVATE file mapping (userfaultfd write-protect needs shmem or anonymous memory)";
+    }
     // What the kernel offers does not change while we run: probe once per process,
     // not on every snapshot.
     static const std::string kernel_reason = [] () -> std::string {
@@ -53,23 +63,30 @@ std::string WriteProtectCopy::unsupported_reason(const GuestMemory& memory) {
     return kernel_reason;
 }
 
-WriteProtectCopy::WriteProtectCopy(GuestMemory& memory, const PageBitmap& pages, LayerBuilder& builder)
-    : builder_(builder) {
+WriteProtectCopy::WriteProtectCopy(GuestMemory& memory, const PageBitmap& pages, LayerBuilder& builder,
+                                   UffdServer* server)
+    : builder_(builder), server_(server) {
     total_ = memory.ram_bytes() / kPageSize;
     if (pages.size() != (total_ + 63) / 64)
         throw Error(fmt::format("page bitmap of {} words for {} pages", pages.size(), total_));
     state_ = std::make_unique<std::atomic<uint8_t>[]>(total_);
     for (uint64_t p = 0; p < total_; ++p) state_[p].store(page_set(pages, p) ? kProtected : kDone, std::memory_order_relaxed);
 
-    uffd_ = open_userfaultfd();
-    negotiate_userfaultfd(uffd_.get(), kWpFeatures, "write-protect features");
-    stop_ = Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-    if (!stop_) throw_errno("eventfd");
+    if (server_) {
+        if (!server_->can_write_protect()) throw Error("write-protect: the userfaultfd serving guest RAM cannot");
+        server_->set_wp_handler([this](uint64_t address) { on_fault(address); });
+    } else {
+        uffd_ = open_userfaultfd();
+        negotiate_userfaultfd(uffd_.get(), kWpFeatures, "write-protect features");
+        stop_ = Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+        if (!stop_) throw_errno("eventfd");
+    }
     try {
         uint64_t first = 0;
         for (const MemoryRegion& r : memory.regions()) {
-            register_userfaultfd_range(uffd_.get(), r.host, r.size, UFFDIO_REGISTER_MODE_WP,
-                                       1ULL << _UFFDIO_WRITEPROTECT, "write-protect");
+            if (!server_)
+                register_userfaultfd_range(uffd_.get(), r.host, r.size, UFFDIO_REGISTER_MODE_WP,
+                                           1ULL << _UFFDIO_WRITEPROTECT, "write-protect");
             regions_.push_back({reinterpret_cast<uint64_t>(r.host), r.size, first});
             // Protect each run of set pages with one ioctl.
             const uint64_t n = r.size / kPageSize;
@@ -78,7 +95,7 @@ WriteProtectCopy::WriteProtectCopy(GuestMemory& memory, const PageBitmap& pages,
                 wp.range.start = reinterpret_cast<uint64_t>(r.host) + p * kPageSize;
                 wp.range.len = run * kPageSize;
                 wp.mode = UFFDIO_WRITEPROTECT_MODE_WP;
-                while (::ioctl(uffd_.get(), UFFDIO_WRITEPROTECT, &wp) != 0) {
+                while (::ioctl(fd(), UFFDIO_WRITEPROTECT, &wp) != 0) {
                     if (errno != EAGAIN) throw_errno("UFFDIO_WRITEPROTECT (protect)");
                 }
             });
@@ -88,7 +105,7 @@ WriteProtectCopy::WriteProtectCopy(GuestMemory& memory, const PageBitmap& pages,
         unregister();
         throw;
     }
-    handler_ = std::thread([this] { handler_loop(); });
+    if (!server_) handler_ = std::thread([this] { handler_loop(); });
 }
 
 WriteProtectCopy::~WriteProtectCopy() {
@@ -112,7 +129,7 @@ void WriteProtectCopy::unprotect(uint64_t host, uint64_t bytes) {
     wp.range.start = host;
     wp.range.len = bytes;
     wp.mode = 0;  // un-protect and wake the writers waiting in the range
-    while (::ioctl(uffd_.get(), UFFDIO_WRITEPROTECT, &wp) != 0) {
+    while (::ioctl(fd(), UFFDIO_WRITEPROTECT, &wp) != 0) {
         if (errno == EAGAIN || errno == EINTR) continue;
         fail(fmt::format("UFFDIO_WRITEPROTECT (un-protect {:#x}, {} bytes): {}", host, bytes, std::strerror(errno)));
         return;
@@ -205,12 +222,22 @@ void WriteProtectCopy::copy_all() {
 }
 
 void WriteProtectCopy::stop_handler() noexcept {
+    if (server_) return;  // the server's thread handles the faults; unregister() detaches
     const uint64_t one = 1;
     [[maybe_unused]] const ssize_t n = ::write(stop_.get(), &one, sizeof(one));
     if (handler_.joinable()) handler_.join();
 }
 
 void WriteProtectCopy::unregister() noexcept {
+    if (server_) {
+        // The registration is the server's (MISSING too): un-protect what is left
+        // (copy_all left nothing) and give the faults back.
+        if (!finished_)
+            for (const Region& r : regions_) unprotect(r.host, r.size);
+        server_->set_wp_handler({});
+        regions_.clear();
+        return;
+    }
     for (const Region& r : regions_) {
         uffdio_range range{r.host, r.size};
         ::ioctl(uffd_.get(), UFFDIO_UNREGISTER, &range);  // also un-protects and wakes

@@ -13,6 +13,10 @@
 // claimed by exactly one of the two (an atomic per-page state), so it is copied
 // once, always before it is un-protected. The KVM dirty log and the DirtyTracker
 // are untouched: writes after the pause are logged as usual for the next diff.
+// RAM served by a UffdServer (a restored VM, or a fork child of one) is already
+// registered with the server's userfaultfd, MISSING and WP (one userfaultfd per
+// range): the copy then borrows it (UffdServer::set_wp_handler, no thread of its
+// own) and un-protects instead of unregistering when it is done.
 // Source: QEMU migration/ram.c background snapshot (ram_write_tracking_start,
 // ram_write_tracking_prepare / uffd_change_protection), Documentation/admin-guide/
 // mm/userfaultfd.rst "Write Protect Notifications".
@@ -27,6 +31,7 @@
 #include <vector>
 
 #include "snapshot/memory_layer.hpp"
+#include "snapshot/uffd_backend.hpp"
 #include "vmm/fd.hpp"
 #include "vmm/guest_memory.hpp"
 
@@ -37,16 +42,19 @@ namespace nanovm::snapshot {
 class WriteProtectCopy {
 public:
     /// Empty if `memory` can be copied in the background on this kernel, else why
-    /// not ("guest RAM is not a plain memfd (restored with the uffd backend)",
-    /// "userfaultfd: no UFFD_FEATURE_WP_HUGETLBFS_SHMEM (Linux >= 5.19)", ...).
-    static std::string unsupported_reason(const GuestMemory& memory);
+    /// not ("guest RAM is a MAP_PRIVATE file mapping ...", "userfaultfd: no
+    /// UFFD_FEATURE_WP_HUGETLBFS_SHMEM (Linux >= 5.19)", ...). Lazily served RAM
+    /// (Backing::lazy_*) needs its `server`, one that write-protects.
+    static std::string unsupported_reason(const GuestMemory& memory, const UffdServer* server = nullptr);
 
-    /// Registers every region of `memory` for write-protect faults, protects the
-    /// pages set in `pages` (a bitmap over the linear pages) and starts the fault
-    /// handler. Call while nothing writes the memory (VM paused). `builder` must
-    /// outlive this object. Throws SysError naming the step (nothing stays
-    /// protected or registered then).
-    WriteProtectCopy(GuestMemory& memory, const PageBitmap& pages, LayerBuilder& builder);
+    /// Registers every region of `memory` for write-protect faults (or, with
+    /// `server`, uses its registration), protects the pages set in `pages` (a
+    /// bitmap over the linear pages) and starts the fault handler. Call while
+    /// nothing writes the memory (VM paused). `builder` (and `server`) must outlive
+    /// this object. Throws SysError naming the step (nothing stays protected or
+    /// registered then).
+    WriteProtectCopy(GuestMemory& memory, const PageBitmap& pages, LayerBuilder& builder,
+                     UffdServer* server = nullptr);
     WriteProtectCopy(const WriteProtectCopy&) = delete;
     WriteProtectCopy& operator=(const WriteProtectCopy&) = delete;
     /// Copies what is left (copy_all), stops the handler, unregisters.
@@ -75,7 +83,10 @@ private:
     void stop_handler() noexcept;
     void unregister() noexcept;
 
+    int fd() const noexcept { return server_ ? server_->fd() : uffd_.get(); }
+
     LayerBuilder& builder_;
+    UffdServer* server_ = nullptr;  ///< the registration borrowed, if any
     std::vector<Region> regions_;
     uint64_t total_ = 0;
     std::unique_ptr<std::atomic<uint8_t>[]> state_;  ///< per linear page

@@ -47,13 +47,21 @@ public:
         /// A file (a flattened snapshot) MAP_PRIVATE: the guest's writes stay in
         /// this process; the file's holes say nothing about the guest's pages.
         private_file,
-        /// memfds filled on demand by a userfaultfd handler (snapshot/uffd_backend):
-        /// a hole may be a page not yet fetched, so readers must go through `host`.
+        /// memfds MAP_SHARED filled on demand by a userfaultfd handler from a layer
+        /// chain (snapshot/uffd_backend: a restored VM): a hole is a page not yet
+        /// fetched (its content is the chain's), so readers must go through `host`.
         lazy_memfd,
         /// Sealed memfds (a fork's frozen layer, shared with other VMs) MAP_PRIVATE:
         /// a page is the memfd's (a hole reads as zero) until this process writes
         /// it, then a private anonymous copy (see snapshot/fork_image.hpp).
         private_memfd,
+        /// private_memfd whose memfds' holes are not zero but the pages of a layer
+        /// chain below, served on first touch by a userfaultfd handler (a restored VM
+        /// after its first snapshot or fork, or a fork child of such a VM: see
+        /// snapshot/uffd_backend.hpp). Nothing may touch the mapping before the
+        /// handler is registered (a hole read unregistered would put a zero page
+        /// into the shared memfd).
+        lazy_private_memfd,
     };
     /// A region's place: [gpa, gpa + size), size in bytes.
     struct Extent {

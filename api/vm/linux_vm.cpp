@@ -177,7 +177,7 @@ struct LinuxVm::Parts {
     void on_i8042_reset() { machine.request_stop(StopReason{StopReason::Kind::reset, {}, "i8042 reset"}); }
 
     Kvm kvm;
-    std::unique_ptr<snapshot::UffdServer> uffd;  // restored with the uffd backend only
+    std::unique_ptr<snapshot::UffdServer> uffd;  // serves the RAM of a restored VM (or of a restored VM's fork child)
     std::unique_ptr<Machine> machine_owner;
     Machine& machine;
     IoBus pio;
@@ -361,7 +361,7 @@ std::unique_ptr<snapshot::PendingSnapshot> LinuxVm::start_snapshot(const LinuxSn
             return names;
         };
         pending = snapshot::start_full_snapshot(p.kvm, p.machine, request.dir, nullptr, snapshot::CopyMode::freeze,
-                                                std::move(extras));
+                                                std::move(extras), p.uffd.get());
     });
     return pending;
 }
@@ -375,7 +375,7 @@ snapshot::ForkImage LinuxVm::fork(const LinuxSnapshotRequest& request) {
         DeviceCapture captured = capture_devices(request);
         local = std::move(captured.local);
         placement->set_own_dirs(std::move(captured.own_dirs));
-        image = snapshot::freeze_for_fork(p.kvm, p.machine, std::move(captured.devices), &p.uffd);
+        image = snapshot::freeze_for_fork(p.kvm, p.machine, std::move(captured.devices), p.uffd.get());
     });
     // The base: vm.state and the frozen disk layers, then the manifest (last, atomic).
     // Nothing is fsync'd: the children read it right away, and it is no use after a
@@ -391,7 +391,9 @@ snapshot::ForkImage LinuxVm::fork(const LinuxSnapshotRequest& request) {
         throw;
     }
     placement->finish(true);
-    snapshot::write_manifest(request.dir, names, /*sync=*/false);
+    // A restored VM's frozen RAM has holes that its snapshot's chain fills: the chain
+    // line tells the children (snapshot::restore_fork) which.
+    snapshot::write_manifest(request.dir, names, /*sync=*/false, snapshot::fork_base_chain(request.dir, image));
     return image;
 }
 

@@ -255,6 +255,83 @@ struct Figures {
     }
 };
 
+// One fork of `parent` (served by `uffd` when it was restored) into `count` children
+// (standbys made before the request, or processes started at it): request -> the
+// last child's vCPUs run, as figure `key` and its parts.
+void fork_once(const Kvm& kvm, Machine& parent, snapshot::UffdServer* uffd, const std::string& child,
+               const std::string& shape, int count, bool standby, const std::string& key, Figures& f) {
+    // A restored parent's children serve the holes of its frozen RAM from its chain.
+    const std::string base =
+        uffd ? std::filesystem::absolute(uffd->chain().layers().front().path()).lexically_normal().string() : "";
+    std::vector<std::string> base_args;
+    if (!base.empty()) base_args = {"--fork-base", base};
+    // Standby children are made (and ready) while the parent runs, before the request.
+    std::vector<Child> children;
+    if (standby) {
+        for (int k = 0; k < count; ++k) {
+            std::vector<std::string> args = {child, "--standby", shape, "--until-running"};
+            args.insert(args.end(), base_args.begin(), base_args.end());
+            children.push_back(spawn_child(args, true));
+        }
+        for (Child& c : children) wait_line(c, "standby_ready");
+    }
+    auto t = Clock::now();
+    parent.pause();
+    snapshot::ForkImage image = snapshot::freeze_for_fork(kvm, parent, {}, uffd);
+    parent.resume();
+    f.add(key + "_resumed", ms_since(t));
+    f.add(key + "_copied_pages", static_cast<double>(image.copied_pages));
+    // The state in a memfd; the layer's fds (no CLOEXEC: a cold child inherits them).
+    const Fd state(::memfd_create("fork-state", 0));
+    if (!state) throw_errno("memfd_create");
+    if (::pwrite(state.get(), image.state.data(), image.state.size(), 0) != static_cast<ssize_t>(image.state.size()))
+        throw_errno("pwrite fork state");
+    std::string fds = std::to_string(state.get());
+    std::vector<Fd> layer;
+    for (const Fd& fd : image.memfds) {
+        layer.emplace_back(::fcntl(fd.get(), F_DUPFD, 3));
+        if (!layer.back()) throw_errno("dup");
+        fds += "," + std::to_string(layer.back().get());
+    }
+    f.add(key + "_delta_pages", static_cast<double>(image.delta_pages));
+    Fd delta;
+    if (image.delta) {
+        delta = Fd(::fcntl(image.delta.get(), F_DUPFD, 3));
+        if (!delta) throw_errno("dup");
+    }
+    if (standby) {
+        // A standby opens them through /proc/PID/fd, as the VMM's fork children do.
+        const std::string line =
+            fmt::format("{} {}{}", ::getpid(), fds, delta ? " " + std::to_string(delta.get()) : "");
+        for (Child& c : children) send_line(c, line);
+    } else {
+        std::vector<std::string> args = {child, "--fork-fds", fds, "--until-running"};
+        args.insert(args.end(), base_args.begin(), base_args.end());
+        if (delta) {
+            args.push_back("--fork-delta");
+            args.push_back(std::to_string(delta.get()));
+        }
+        for (int k = 0; k < count; ++k) children.push_back(spawn_child(args));
+    }
+    Clock::time_point last_running = t;
+    double restore_call = 0;
+    std::vector<std::map<std::string, std::string>> outs;
+    for (Child& c : children) outs.push_back(collect(c));  // all reaped before any check throws
+    // The parent's old mappings go once the children run (the VMM does it on an
+    // idle-priority thread).
+    const auto tf = Clock::now();
+    snapshot::finish_fork(image);
+    f.add(key + "_finish", ms_since(tf));
+    for (int k = 0; k < count; ++k) {
+        const auto& out = outs[k];
+        check_child(out, fmt::format("{} child {}", key, k));
+        last_running = std::max(last_running, running_at(out));
+        restore_call = std::max(restore_call, std::stod(out.at("restore_ms")));
+    }
+    f.add(key, std::chrono::duration<double, std::milli>(last_running - t).count());
+    f.add(key + "_child_restore_call_max", restore_call);
+}
+
 const char* copy_mode_name(snapshot::CopyMode mode) {
     switch (mode) {
         case snapshot::CopyMode::freeze: return "freeze";
@@ -304,6 +381,45 @@ struct BenchVm {
     std::thread runner;
 };
 
+// A VM restored (file backend, in this process) from the BenchVm snapshot `dir`, its
+// counter loops running on a thread; the same 256 MiB rewritten after the restore
+// (each page served from the snapshot first, then the VM's own).
+struct RestoredBenchVm {
+    RestoredBenchVm(const Kvm& kvm, const std::string& dir, uint64_t salt)
+        : vm(snapshot::restore_snapshot(kvm, dir, snapshot::MemoryBackend::file)) {
+        runner = std::thread([this] { reason = test::run_bounded(*vm.machine, pio, mmio, std::chrono::hours(1)); });
+        fill(vm.machine->memory(), 32 * MiB, 256 * MiB, salt);
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    RestoredBenchVm(const RestoredBenchVm&) = delete;
+    RestoredBenchVm& operator=(const RestoredBenchVm&) = delete;
+    ~RestoredBenchVm() { (void)stop(); }
+    const StopReason& stop() {
+        if (runner.joinable()) {
+            vm.machine->resume();
+            vm.machine->request_stop("bench done");
+            runner.join();
+        }
+        return reason;
+    }
+    void stop_checked(const std::string& what) {
+        if (stop().kind != StopReason::Kind::requested)
+            throw Error(fmt::format("{}: the guest stopped: {}", what, reason.describe()));
+    }
+
+    snapshot::RestoredMachine vm;
+    test::RecordingPio pio;
+    test::RecordingMmio mmio;
+    StopReason reason;
+    std::thread runner;
+};
+
+// What the restored-VM figures run on (the issue asks the bench to say).
+constexpr const char* kRestoredPath =
+    "path: restored VMs (snapshot_of_restored, fork*_of_restored, restore_standby): RAM in memfds filled by "
+    "userfaultfd MISSING from the snapshot's layers, frozen in the pause (mremap + MAP_PRIVATE), write-protected "
+    "on shmem after: the 6.1-compatible path (no userfaultfd on MAP_PRIVATE file mappings)";
+
 // Stops `vm`; throws if its guest stopped for any other reason than the bench's request.
 void stop_checked(BenchVm& vm, const std::string& what) {
     const StopReason& reason = vm.stop();
@@ -352,6 +468,7 @@ int run(int argc, char** argv) {
     if (only_memory) return memory_only(dir, runs, where);
 
     const Kvm kvm = Kvm::open();
+    std::cout << kRestoredPath << std::endl;
     std::map<std::string, Series> s;
     for (int r = 0; r < runs; ++r) {
         if (paced) {
@@ -475,72 +592,51 @@ int run(int argc, char** argv) {
                                                       parent.config().irqchip ? 1 : 0);
                 for (const bool second : {false, true}) {
                     if (second && (n != 1 || !standby)) break;
-                    const std::string key = second ? "fork1_second" : name;
-                    const int count = second ? 1 : n;
-                    // Standby children are made (and ready) while the parent runs, before the request.
-                    std::vector<Child> children;
-                    if (standby) {
-                        for (int k = 0; k < count; ++k)
-                            children.push_back(spawn_child({child, "--standby", shape, "--until-running"}, true));
-                        for (Child& c : children) wait_line(c, "standby_ready");
-                    }
-                    auto t = Clock::now();
-                    parent.pause();
-                    snapshot::ForkImage image = snapshot::freeze_for_fork(kvm, parent);
-                    parent.resume();
-                    f.add(key + "_resumed", ms_since(t));
-                    f.add(key + "_copied_pages", static_cast<double>(image.copied_pages));
-                    // The state in a memfd; the layer's fds (no CLOEXEC: a cold child inherits them).
-                    const Fd state(::memfd_create("fork-state", 0));
-                    if (!state) throw_errno("memfd_create");
-                    if (::pwrite(state.get(), image.state.data(), image.state.size(), 0) !=
-                        static_cast<ssize_t>(image.state.size()))
-                        throw_errno("pwrite fork state");
-                    std::string fds = std::to_string(state.get());
-                    std::vector<Fd> layer;
-                    for (const Fd& fd : image.memfds) {
-                        layer.emplace_back(::fcntl(fd.get(), F_DUPFD, 3));
-                        if (!layer.back()) throw_errno("dup");
-                        fds += "," + std::to_string(layer.back().get());
-                    }
-                    f.add(key + "_delta_pages", static_cast<double>(image.delta_pages));
-                    Fd delta;
-                    if (image.delta) {
-                        delta = Fd(::fcntl(image.delta.get(), F_DUPFD, 3));
-                        if (!delta) throw_errno("dup");
-                    }
-                    if (standby) {
-                        // A standby opens them through /proc/PID/fd, as the VMM's fork children do.
-                        const std::string line = fmt::format("{} {}{}", ::getpid(), fds,
-                                                             delta ? " " + std::to_string(delta.get()) : "");
-                        for (Child& c : children) send_line(c, line);
-                    } else {
-                        std::vector<std::string> args = {child, "--fork-fds", fds, "--until-running"};
-                        if (delta) {
-                            args.push_back("--fork-delta");
-                            args.push_back(std::to_string(delta.get()));
-                        }
-                        for (int k = 0; k < count; ++k) children.push_back(spawn_child(args));
-                    }
-                    Clock::time_point last_running = t;
-                    double restore_call = 0;
-                    std::vector<std::map<std::string, std::string>> outs;
-                    for (Child& c : children) outs.push_back(collect(c));  // all reaped before any check throws
-                    // The parent's old mappings go once the children run (the VMM does it
-                    // on an idle-priority thread).
-                    const auto tf = Clock::now();
-                    snapshot::finish_fork(image);
-                    f.add(key + "_finish", ms_since(tf));
-                    for (int k = 0; k < count; ++k) {
-                        const auto& out = outs[k];
-                        check_child(out, fmt::format("{} child {}", key, k));
-                        last_running = std::max(last_running, running_at(out));
-                        restore_call = std::max(restore_call, std::stod(out.at("restore_ms")));
-                    }
-                    f.add(key, std::chrono::duration<double, std::milli>(last_running - t).count());
-                    f.add(key + "_child_restore_call_max", restore_call);
+                    fork_once(kvm, parent, nullptr, child, shape, second ? 1 : n, standby,
+                              second ? "fork1_second" : name, f);
                 }
                 stop_checked(vm, "the fork parent");
+            }
+        }
+        {
+            // Restored VMs (issue 18), from the first snapshot of this round.
+            const std::string src = fmt::format("{}/full{}", dir, r);
+            const std::string shape = "2,1024,1";
+            {
+                // Snapshot of a restored VM with 256 MiB written since: request -> running again.
+                RestoredBenchVm vm(kvm, src, 0x7777777700000000ULL + static_cast<uint64_t>(r));
+                Machine& machine = *vm.vm.machine;
+                const std::string to = fmt::format("{}/of_restored{}", dir, r);
+                auto t = Clock::now();
+                machine.pause();
+                auto pending = snapshot::start_full_snapshot(kvm, machine, to, nullptr, mode, {}, vm.vm.uffd.get());
+                machine.resume();
+                f.add("snapshot_of_restored", ms_since(t));
+                const snapshot::SnapshotStats stats = pending->wait_durable();
+                f.add("snapshot_of_restored_durable", ms_since(t));
+                f.add("snapshot_of_restored_pages", static_cast<double>(stats.present_pages));
+                pending.reset();
+                if (!stats.fallback.empty()) std::cout << "fallback: snapshot of restored: " << stats.fallback << "\n";
+                if (!stats.background) throw Error("the snapshot of a restored VM copied its memory in the pause");
+                vm.stop_checked("the restored VM");
+            }
+            for (const int n : forks) {
+                RestoredBenchVm vm(kvm, src, 0x8888888800000000ULL + static_cast<uint64_t>(r));
+                fork_once(kvm, *vm.vm.machine, vm.vm.uffd.get(), child, shape, n, true,
+                          fmt::format("fork{}_of_restored", n), f);
+                vm.stop_checked("the restored fork parent");
+            }
+            {
+                // Restore into a standby (a VMM made ahead, as fork children use):
+                // request -> its vCPUs run.
+                Child c = spawn_child({child, "--standby", shape, "--until-running"}, true);
+                wait_line(c, "standby_ready");
+                const auto t = Clock::now();
+                send_line(c, "restore " + src + " file");
+                const auto out = collect(c);
+                check_child(out, "restore into a standby");
+                f.add("restore_standby", std::chrono::duration<double, std::milli>(running_at(out) - t).count());
+                f.add("restore_standby_call", std::stod(out.at("restore_ms")));
             }
         }
         if (paced) std::cout << "round " << f.round_json() << std::endl;

@@ -17,12 +17,14 @@
 // --fork-fds STATE_FD,MEMFD[,MEMFD] instead of --dir: a fork child
 // (snapshot/fork_image.hpp): vm.state bytes read from the inherited fd STATE_FD,
 // RAM a private mapping of the inherited frozen memfds; --fork-delta FD: and the
-// inherited delta applied over it (snapshot/fork_delta.hpp).
+// inherited delta applied over it (snapshot/fork_delta.hpp); --fork-base LAYER: the
+// memfds' holes are that layer chain's pages (a restored VM's fork, ForkImage::base_chain).
 // --standby VCPUS,RAM_MIB,IRQCHIP instead of --dir/--fork-fds: a fork child made
 // ahead (snapshot::make_fork_standby) that prints "standby_ready", then reads one line
 // from stdin, "PID STATE_FD,MEMFD[,MEMFD] [DELTA_FD]" (fds of process PID, opened
 // through /proc/PID/fd as the VMM's fork children open theirs), and goes on as a
-// --fork-fds child from there.
+// --fork-fds child from there; or "restore DIR file|uffd": a restore of snapshot DIR
+// into the standby (snapshot::restore_snapshot(standby, ...)).
 // --mark V: right after the restore, store the dword V at GPA kMarkGpa (20 MiB);
 // after --run-ms, print mark=V' as read back then (another VM's store would show).
 //   uffd_faults=N, stop=<reason>; error=<message> and exit 1 on failure.
@@ -89,6 +91,37 @@ std::vector<int> fd_list(const std::string& list) {
         pos = comma + 1;
     }
     return out;
+}
+
+snapshot::MemoryBackend parse_backend(const std::string& name) {
+    if (name == "file") return snapshot::MemoryBackend::file;
+    if (name == "uffd") return snapshot::MemoryBackend::uffd;
+    throw Error("a backend is file or uffd, not '" + name + "'");
+}
+
+// A standby's fork claim "PID STATE_FD,MEMFD[,MEMFD] [DELTA_FD]" (fds of process PID,
+// opened through /proc/PID/fd as the VMM's fork children open theirs).
+snapshot::RestoredMachine restore_fork_claim(std::unique_ptr<Machine> machine, const std::string& line,
+                                             const std::string& fork_base) {
+    unsigned long pid = 0;
+    char fds_text[256] = {};
+    int delta = -1;
+    if (std::sscanf(line.c_str(), "%lu %255s %d", &pid, fds_text, &delta) < 2)
+        throw Error("standby: expected 'PID STATE_FD,MEMFD[,MEMFD] [DELTA_FD]', got '" + line + "'");
+    std::vector<Fd> opened;
+    const auto open_fd = [&](const std::string& number) {
+        const std::string path = fmt::format("/proc/{}/fd/{}", pid, number);
+        opened.emplace_back(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+        if (!opened.back()) throw_errno("open " + path);
+        return opened.back().get();
+    };
+    std::vector<int> fds;
+    for (const int number : fd_list(fds_text)) fds.push_back(open_fd(std::to_string(number)));
+    if (fds.size() < 2) throw Error("standby: STATE_FD,MEMFD[,MEMFD]");
+    const int delta_fd = delta >= 0 ? open_fd(std::to_string(delta)) : -1;
+    const std::vector<uint8_t> state = read_fd(fds[0]);
+    return snapshot::restore_fork(std::move(machine), state, std::span<const int>(fds).subspan(1), delta_fd,
+                                  "fork state", fork_base);
 }
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
@@ -163,7 +196,7 @@ int run_until_running(Machine& machine, Clock::time_point restore_start) {
 }
 
 int run(int argc, char** argv) {
-    std::string dir, backend = "file", snapshot_to, full_snapshot_to, fork_fds, standby;
+    std::string dir, backend = "file", snapshot_to, full_snapshot_to, fork_fds, standby, fork_base;
     int fork_delta = -1;
     std::optional<uint32_t> mark;
     int run_ms = 0;
@@ -183,6 +216,7 @@ int run(int argc, char** argv) {
         else if (a == "--full-snapshot-to") full_snapshot_to = next();
         else if (a == "--fork-fds") fork_fds = next();
         else if (a == "--fork-delta") fork_delta = std::stoi(next());
+        else if (a == "--fork-base") fork_base = next();
         else if (a == "--standby") standby = next();
         else if (a == "--mark") mark = static_cast<uint32_t>(std::stoul(next(), nullptr, 0));
         else if (a == "--ram-crc") want_ram_crc = true;
@@ -191,7 +225,7 @@ int run(int argc, char** argv) {
     }
     if (dir.empty() + fork_fds.empty() + standby.empty() != 2)
         throw Error("one of --dir, --fork-fds and --standby is required");
-    if (backend != "file" && backend != "uffd") throw Error("--backend is file or uffd");
+    (void)parse_backend(backend);
     if (!snapshot_to.empty() && dir.empty()) throw Error("--snapshot-to needs --dir (the diff's parent)");
 
     const Kvm kvm = Kvm::open();
@@ -209,32 +243,20 @@ int run(int argc, char** argv) {
         std::string line;
         if (!std::getline(std::cin, line)) throw Error("standby: no fork arrived (stdin closed)");
         t = Clock::now();
-        unsigned long pid = 0;
-        char fds_text[256] = {};
-        int delta = -1;
-        if (std::sscanf(line.c_str(), "%lu %255s %d", &pid, fds_text, &delta) < 2)
-            throw Error("standby: expected 'PID STATE_FD,MEMFD[,MEMFD] [DELTA_FD]', got '" + line + "'");
-        std::vector<Fd> opened;
-        const auto open_fd = [&](const std::string& number) {
-            const std::string path = fmt::format("/proc/{}/fd/{}", pid, number);
-            opened.emplace_back(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-            if (!opened.back()) throw_errno("open " + path);
-            return opened.back().get();
-        };
-        std::vector<int> fds;
-        for (const int number : fd_list(fds_text)) fds.push_back(open_fd(std::to_string(number)));
-        if (fds.size() < 2) throw Error("standby: STATE_FD,MEMFD[,MEMFD]");
-        const int delta_fd = delta >= 0 ? open_fd(std::to_string(delta)) : -1;
-        const std::vector<uint8_t> state = read_fd(fds[0]);
-        restored = snapshot::restore_fork(std::move(machine), state, std::span<const int>(fds).subspan(1), delta_fd);
+        char restore_dir[4096] = {}, restore_backend[16] = {};
+        if (std::sscanf(line.c_str(), "restore %4095s %15s", restore_dir, restore_backend) == 2) {
+            restored = snapshot::restore_snapshot(std::move(machine), restore_dir, parse_backend(restore_backend));
+        } else {
+            restored = restore_fork_claim(std::move(machine), line, fork_base);
+        }
     } else if (!fork_fds.empty()) {
         const std::vector<int> fds = fd_list(fork_fds);
         if (fds.size() < 2) throw Error("--fork-fds: STATE_FD,MEMFD[,MEMFD]");
         const std::vector<uint8_t> state = read_fd(fds[0]);
-        restored = snapshot::restore_fork(kvm, state, std::span<const int>(fds).subspan(1), fork_delta);
+        restored = snapshot::restore_fork(kvm, state, std::span<const int>(fds).subspan(1), fork_delta, "fork state",
+                                          fork_base);
     } else {
-        restored = snapshot::restore_snapshot(
-            kvm, dir, backend == "file" ? snapshot::MemoryBackend::file : snapshot::MemoryBackend::uffd);
+        restored = snapshot::restore_snapshot(kvm, dir, parse_backend(backend));
     }
     std::cout << fmt::format("restore_ms={:.3f}\nmemory_ms={:.3f}\nstate_ms={:.3f}\n", ms_since(t), restored.memory_ms,
                              restored.state_ms);
@@ -288,7 +310,8 @@ int run(int argc, char** argv) {
         std::unique_ptr<snapshot::PendingSnapshot> full;
         if (!full_snapshot_to.empty()) {
             std::cout << fmt::format("full_snapshot_ram_crc={:#010x}\n", test::ram_crc(memory));
-            full = snapshot::start_full_snapshot(kvm, machine, full_snapshot_to, nullptr);
+            full = snapshot::start_full_snapshot(kvm, machine, full_snapshot_to, nullptr, snapshot::CopyMode::freeze, {},
+                                                 restored.uffd.get());
             std::cout << fmt::format("full_snapshot_background={}\n", full->stats().background ? 1 : 0);
             if (!full->stats().fallback.empty()) std::cout << "full_snapshot_fallback=" << full->stats().fallback << "\n";
         }

@@ -380,18 +380,22 @@ TEST_CASE("fork(4) over a frozen memfd layer: each child goes on from the parent
     REQUIRE(restored_parent.at("exit") == "0");
     CHECK(restored_parent.at("ram_crc") == fmt::format("{:#010x}", crc_parent));
 
-    // A VM restored with the uffd backend forks too: its RAM is read in (faulting in
-    // what is left), copied into the layer, and its uffd server stopped.
+    // A restored VM forks too: its memfds are frozen in place (nothing copied), their
+    // holes still served from s1's chain, to the parent and to the child alike.
     {
         snapshot::RestoredMachine lazy = snapshot::restore_snapshot(kvm, s1, snapshot::MemoryBackend::uffd);
         REQUIRE(lazy.machine->memory().backing() == GuestMemory::Backing::lazy_memfd);
-        snapshot::ForkImage from_lazy = snapshot::freeze_for_fork(kvm, *lazy.machine, {}, &lazy.uffd);
-        CHECK_FALSE(lazy.uffd);
+        snapshot::ForkImage from_lazy = snapshot::freeze_for_fork(kvm, *lazy.machine, {}, lazy.uffd.get());
+        CHECK(from_lazy.copied_pages == 0);
+        REQUIRE(from_lazy.base_chain.size() == 2);  // s1's diff over s0
+        CHECK(lazy.machine->memory().backing() == GuestMemory::Backing::lazy_private_memfd);
         CHECK(test::ram_crc(lazy.machine->memory()) == crc_parent);
         std::vector<int> lazy_fds;
         for (const Fd& fd : from_lazy.memfds) lazy_fds.push_back(fd.get());
-        snapshot::RestoredMachine lazy_child = snapshot::restore_fork(kvm, from_lazy.state, lazy_fds);
+        snapshot::RestoredMachine lazy_child =
+            snapshot::restore_fork(kvm, from_lazy.state, lazy_fds, -1, "fork state", from_lazy.base_chain[0].path);
         CHECK(test::ram_crc(lazy_child.machine->memory()) == crc_parent);
+        snapshot::finish_fork(from_lazy);
     }
 
     // Fork the parent again: it keeps its layer; its own pages since the first fork
@@ -439,6 +443,174 @@ TEST_CASE("fork(4) over a frozen memfd layer: each child goes on from the parent
     CHECK(eventually([&] { return counter(*grandchild.machine, 0) > c0_child; }));
     const StopReason reason = grand_running.stop();
     CHECK(reason.kind == StopReason::Kind::requested);
+}
+
+namespace {
+
+// A 256 MiB / 2 vCPU counting probe restored (or forked) in this process, running
+// until stopped; `uffd` serves its RAM when it was restored.
+struct Restored {
+    explicit Restored(snapshot::RestoredMachine r) : vm(std::move(r)), running(std::make_unique<Running>(*vm.machine)) {}
+    snapshot::RestoredMachine vm;
+    std::unique_ptr<Running> running;
+    Machine& machine() { return *vm.machine; }
+};
+
+// Writes 64 MiB (from GPA 128 MiB) with `salt` while the guest runs: pages it never
+// touched before, served from its chain first.
+void write_64mib(GuestMemory& memory, uint64_t salt) {
+    std::vector<uint8_t> chunk(1 * MiB);
+    for (uint64_t off = 0; off < 64 * MiB; off += chunk.size()) {
+        for (uint64_t w = 0; w < chunk.size() / 8; ++w) {
+            const uint64_t v = (128 * MiB + off + w * 8) ^ salt;
+            std::memcpy(chunk.data() + w * 8, &v, 8);
+        }
+        memory.write_bytes(Gpa(128 * MiB + off), chunk);
+    }
+}
+
+// Lets `vm` count on, writes 64 MiB, pauses it and snapshots it into `to` (frozen or
+// write-protected: background), returning its RAM's CRC at the pause; resumes it.
+uint32_t snapshot_running(const Kvm& kvm, Restored& vm, const std::string& to, uint64_t salt, bool expect_frozen) {
+    const uint32_t c0 = counter(vm.machine(), 0);
+    REQUIRE(eventually([&] { return counter(vm.machine(), 0) > c0 + 200; }));
+    write_64mib(vm.machine().memory(), salt);
+    vm.machine().pause();
+    const auto t = Clock::now();
+    auto pending = snapshot::start_full_snapshot(kvm, vm.machine(), to, nullptr, snapshot::CopyMode::freeze, {},
+                                                 vm.vm.uffd.get());
+    const double pause_ms = ms_since(t);
+    CHECK(pending->stats().background);
+    CHECK(pending->stats().fallback.empty());
+    CHECK(pending->stats().frozen == expect_frozen);
+    const uint32_t crc = test::ram_crc(vm.machine().memory());  // holes are served: the instant's RAM
+    vm.machine().resume();
+    const snapshot::SnapshotStats stats = pending->wait_durable();
+    std::cout << fmt::format("timing: snapshot of a restored VM ({}) {:.3f} ms in the pause, {} pages, durable "
+                             "{:.3f} ms\n",
+                             expect_frozen ? "frozen" : "write-protected", pause_ms, stats.present_pages,
+                             stats.durable_ms);
+    return crc;
+}
+
+// Restores `dir` in a new process and returns its RAM's CRC as restored.
+std::string child_ram_crc(const std::string& dir, const char* backend) {
+    const auto out = test::run_child(child(fmt::format("--dir {} --backend {} --ram-crc --run-ms 100", dir, backend)));
+    INFO(dir << ": error=" << (out.count("error") ? out.at("error") : ""));
+    REQUIRE(out.at("exit") == "0");
+    CHECK(std::stoul(out.at("counter0_after")) > std::stoul(out.at("counter0")));
+    return out.at("ram_crc");
+}
+
+}  // namespace
+
+TEST_CASE("a restored VM (either backend) snapshots with its RAM frozen in the pause and forks without a copy; "
+          "restores of snapshots of restores of a fork child, five generations deep, restore to their RAM",
+          "[kvm][snapshot][fork]") {
+    use_scratch();
+    test::TempDir dir("restored");
+    const Kvm kvm = Kvm::open();
+    const std::string s0 = dir.file("s0");
+    {
+        Machine machine(kvm, GuestMemory::create(256 * MiB), {.vcpus = 2, .irqchip = true, .log_dirty_pages = true});
+        test::install_counter_loops(machine);
+        Running running(machine);
+        REQUIRE(eventually([&] { return counter(machine, 0) > 3000; }));
+        machine.pause();
+        snapshot::write_full_snapshot(kvm, machine, s0, nullptr);
+    }
+    const snapshot::LayerFile s0_layer = snapshot::LayerFile::open(s0 + "/memory.layer");
+
+    // restore -> write 64 MiB -> snapshot -> restore that: the RAM of the instant.
+    for (const auto backend : {snapshot::MemoryBackend::file, snapshot::MemoryBackend::uffd}) {
+        const char* name = backend == snapshot::MemoryBackend::file ? "file" : "uffd";
+        INFO(name);
+        Restored vm(snapshot::restore_snapshot(kvm, s0, backend));
+        CHECK(vm.machine().memory().backing() == GuestMemory::Backing::lazy_memfd);
+        const std::string s1 = dir.file(fmt::format("s1-{}", name));
+        const uint32_t crc = snapshot_running(kvm, vm, s1, 0x1111, /*expect_frozen=*/true);
+        CHECK(vm.machine().memory().backing() == GuestMemory::Backing::lazy_private_memfd);
+        // A diff over s0 (in its own directory), listed in the manifest's chain.
+        const snapshot::LayerFile layer = snapshot::LayerFile::open(s1 + "/memory.layer");
+        REQUIRE(layer.parent());
+        CHECK(layer.parent()->path == "../s0/memory.layer");
+        CHECK(layer.header().present_pages < 256 * MiB / kPageSize / 2);  // the pages it touched, not its RAM
+        CHECK(layer.header().present_pages >= 64 * MiB / kPageSize);
+        CHECK(snapshot::read_manifest(s1).chain ==
+              std::vector<snapshot::ChainLayer>{{"../s0/memory.layer", s0_layer.checksum()}});
+        CHECK(child_ram_crc(s1, name) == fmt::format("{:#010x}", crc));
+        // Snapshotted again (over its frozen layer now: write-protected, background).
+        const std::string again = dir.file(fmt::format("again-{}", name));
+        const uint32_t crc_again = snapshot_running(kvm, vm, again, 0x2222, /*expect_frozen=*/false);
+        CHECK(child_ram_crc(again, name) == fmt::format("{:#010x}", crc_again));
+        vm.running->stop();
+    }
+
+    // The same via fork: restore -> write 64 MiB -> fork: nothing copied; the child
+    // (another process, serving the same chain) has the RAM of the instant.
+    Restored parent(snapshot::restore_snapshot(kvm, s0, snapshot::MemoryBackend::file));
+    write_64mib(parent.machine().memory(), 0x3333);
+    parent.machine().pause();
+    snapshot::ForkImage image = snapshot::freeze_for_fork(kvm, parent.machine(), {}, parent.vm.uffd.get());
+    const uint32_t crc_fork = test::ram_crc(parent.machine().memory());
+    parent.machine().resume();
+    snapshot::finish_fork(image);
+    CHECK(image.copied_pages == 0);
+    CHECK_FALSE(image.delta);
+    REQUIRE(image.base_chain.size() == 1);
+    CHECK(image.base_chain[0].checksum == s0_layer.checksum());
+    {
+        const Fd state(::memfd_create("fork-state", 0));  // no CLOEXEC: inherited
+        REQUIRE(::pwrite(state.get(), image.state.data(), image.state.size(), 0) ==
+                static_cast<ssize_t>(image.state.size()));
+        const Fd layer(::fcntl(image.memfds[0].get(), F_DUPFD, 3));
+        const auto out = test::run_child(child(fmt::format("--fork-fds {},{} --fork-base {} --ram-crc --run-ms 100",
+                                                           state.get(), layer.get(), image.base_chain[0].path)));
+        INFO("fork child: error=" << (out.count("error") ? out.at("error") : ""));
+        REQUIRE(out.at("exit") == "0");
+        CHECK(out.at("ram_crc") == fmt::format("{:#010x}", crc_fork));
+        CHECK(std::stoul(out.at("counter0_after")) > std::stoul(out.at("counter0")));
+    }
+
+    // Generations: a fork child of that restored VM (in this process), its snapshot,
+    // a restore of that, its snapshot, ... each checked against the RAM it was made
+    // from; the chain grows by one layer per generation until kMaxLayerChain, then a
+    // snapshot merges it into a full layer of its own (earlier directories untouched).
+    std::vector<int> fds;
+    for (const Fd& fd : image.memfds) fds.push_back(fd.get());
+    snapshot::RestoredMachine child_vm =
+        snapshot::restore_fork(kvm, image.state, fds, -1, "fork state", image.base_chain[0].path);
+    CHECK(test::ram_crc(child_vm.machine->memory()) == crc_fork);  // before it runs
+    Restored gen(std::move(child_vm));
+    CHECK(gen.machine().memory().backing() == GuestMemory::Backing::lazy_private_memfd);
+    parent.running->stop();
+    const auto s0_time = std::filesystem::last_write_time(s0 + "/memory.layer");
+    std::string previous;
+    for (int g = 1; g <= 5; ++g) {
+        INFO("generation " << g);
+        const std::string snap = dir.file(fmt::format("gen{}", g));
+        // The fork child is over a frozen layer already (write-protected); restored ones are frozen.
+        const uint32_t crc = snapshot_running(kvm, gen, snap, 0x4444 + g, /*expect_frozen=*/g > 1);
+        gen.running->stop();
+        const snapshot::Manifest manifest = snapshot::read_manifest(snap);
+        const snapshot::LayerChain chain = snapshot::open_chain(snap + "/memory.layer");
+        CHECK(manifest.chain.size() + 1 == chain.layers().size());
+        // gen1 over s0; each next one over the previous, until the chain (with the new
+        // layer) would be longer than kMaxLayerChain: gen4 merges, gen5 is over gen4.
+        const size_t expected = g < 4 ? g + 1 : g == 4 ? 1 : 2;
+        CHECK(chain.layers().size() == expected);
+        if (expected > 1)
+            CHECK(manifest.chain.front().path == (g == 1 ? "../s0/memory.layer" : "../" + previous + "/memory.layer"));
+        snapshot::RestoredMachine next = snapshot::restore_snapshot(
+            kvm, snap, g % 2 ? snapshot::MemoryBackend::uffd : snapshot::MemoryBackend::file);
+        CHECK(test::ram_crc(next.machine->memory()) == crc);  // before it runs
+        gen.running.reset();
+        gen.vm = std::move(next);
+        gen.running = std::make_unique<Running>(*gen.vm.machine);
+        previous = fmt::format("gen{}", g);
+    }
+    gen.running->stop();
+    CHECK(std::filesystem::last_write_time(s0 + "/memory.layer") == s0_time);  // never rewritten
 }
 
 TEST_CASE("a 4096 MiB guest with RAM above 4 GiB (two memslots) round-trips through both backends",

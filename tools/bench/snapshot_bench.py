@@ -287,6 +287,10 @@ MAIN = [
     ("fork n=4 (request -> last child runs; standbys)", "fork4"),
     ("fork n=1, cold (child process started at the request)", "fork1_cold"),
     ("fork n=4, cold", "fork4_cold"),
+    ("snapshot of a restored VM, 256 MiB written (request -> resumed)", "snapshot_of_restored"),
+    ("fork n=1 of a restored VM (request -> child runs)", "fork1_of_restored"),
+    ("fork n=4 of a restored VM (request -> last child runs)", "fork4_of_restored"),
+    ("restore into a standby (request -> vCPUs run)", "restore_standby"),
     ("pause", "pause"),
     ("resume", "resume"),
 ]
@@ -354,10 +358,13 @@ def main():
         if nano and nano.proc.poll() is None:
             nano.proc.kill()
             nano.proc.wait()
-    notes += [n for n in (nano.notes if nano else []) if n.startswith("fallback")] + (peer.notes if peer else [])
+    notes += [n for n in (nano.notes if nano else []) if n.startswith(("fallback", "path"))] + (peer.notes if peer else [])
 
     out = {"case": "snapshot", "where": args.where, "runs": args.runs, "guest_mib": 1024, "cpus": 2,
            "dirty_mib": 256}
+    if nano and any(n.startswith("path") for n in nano.notes):
+        # Restored VMs: memfds served by userfaultfd MISSING, frozen / write-protected (snapshot_bench.cpp).
+        out["nanovm_restored_path"] = "6.1-compatible"
     print(f"snapshot benchmark ({args.where}, {args.runs} interleaved runs, 1024 MiB / 2 vCPU probe "
           f"with 256 MiB written; ms; p99 = max over the runs)")
     print(f"{'figure':52} {'nanovm':>10} {'p99':>10}   {'qemu':>10} {'p99':>10}")

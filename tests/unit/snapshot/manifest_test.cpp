@@ -9,8 +9,12 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
+#include <fmt/format.h>
+
+#include "snapshot/crc32c.hpp"
 #include "snapshot/manifest.hpp"
 #include "snapshot/snapshot_error.hpp"
 #include "tests/support/temp_dir.hpp"
@@ -23,6 +27,10 @@ namespace {
 void write_text(const std::string& path, const std::string& text) {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     out << text;
+}
+
+uint32_t crc32c_of(const std::string& text) {
+    return crc32c({reinterpret_cast<const uint8_t*>(text.data()), text.size()});
 }
 
 std::string decode_error(const std::string& text) {
@@ -53,6 +61,45 @@ TEST_CASE("a manifest round-trips through its text and through the directory", "
     CHECK_NOTHROW(check_parts(dir.path(), read, PartCheck::full));
     REQUIRE(read.find("memory.layer") != nullptr);
     CHECK(read.find("memory.flat") == nullptr);
+}
+
+TEST_CASE("a manifest's chain lists the layers outside its directory, nearest first, for a store to count",
+          "[snapshot][manifest]") {
+    test::TempDir dir("chain");
+    write_text(dir.file("vm.state"), "state bytes");
+    const std::vector<ChainLayer> chain = {{"../s2/memory.layer", 0x1234abcd},
+                                           {"../my snaps/s 1/memory.layer", 0xdeadbeef},
+                                           {"../100%/memory.layer", 0}};
+    const Manifest written = write_manifest(dir.path(), {"vm.state"}, /*sync=*/false, chain);
+    std::ifstream in(dir.file("manifest"));
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // Version 2, one line per layer, nearest first; spaces and '%' escaped.
+    CHECK(text.rfind("nanovm-manifest 2\n", 0) == 0);
+    CHECK(text.find("\nchain ../s2/memory.layer 1234abcd\nchain ../my%20snaps/s%201/memory.layer deadbeef\n"
+                    "chain ../100%25/memory.layer 00000000\nend ") != std::string::npos);
+    const Manifest read = read_manifest(dir.path());
+    CHECK(read.chain == chain);
+    CHECK(read.parts == written.parts);
+    // Without a chain the manifest stays version 1 (older readers read it).
+    const Manifest plain = write_manifest(dir.path(), {"vm.state"}, false);
+    CHECK(plain.chain.empty());
+    CHECK(encode_manifest(plain).rfind("nanovm-manifest 1\n", 0) == 0);
+    CHECK(read_manifest(dir.path()).chain.empty());
+    // Absolute or empty paths are refused both ways; so is a chain line in version 1
+    // and a malformed escape.
+    CHECK_THROWS_AS(encode_manifest(Manifest{{{"vm.state", 1, 0}}, {{"/abs/memory.layer", 0}}}), Error);
+    CHECK_THROWS_AS(encode_manifest(Manifest{{{"vm.state", 1, 0}}, {{"", 0}}}), Error);
+    const auto with_crc = [](std::string body) { return body + fmt::format("end {:08x}\n", crc32c_of(body)); };
+    CHECK(decode_error(with_crc("nanovm-manifest 1\npart a 1 00000000\nchain ../x 00000000\n"))
+              .find("line 3: a chain line in a version 1 manifest") != std::string::npos);
+    CHECK(decode_error(with_crc("nanovm-manifest 2\npart a 1 00000000\nchain /x 00000000\n"))
+              .find("line 3: chain path") != std::string::npos);
+    CHECK(decode_error(with_crc("nanovm-manifest 2\npart a 1 00000000\nchain ../x%2 00000000\n"))
+              .find("line 3: chain path") != std::string::npos);
+    CHECK(decode_error(with_crc("nanovm-manifest 2\npart a 1 00000000\nchain ../x 1234\n"))
+              .find("line 3: chain checksum") != std::string::npos);
+    CHECK(decode_manifest(with_crc("nanovm-manifest 2\npart a 1 00000000\nchain ../a%20b 00000001\n"), "m").chain ==
+          std::vector<ChainLayer>{{"../a b", 1}});
 }
 
 TEST_CASE("a directory without a manifest is an incomplete snapshot", "[snapshot][manifest]") {
@@ -103,7 +150,7 @@ TEST_CASE("hostile manifests are refused: unsafe names, duplicates, bad numbers,
           std::string::npos);
     CHECK(decode_error("nanovm-manifest 1\npart a 1 00000000\npart a 2 00000000\nend 00000000\n")
               .find("line 3: part a listed twice") != std::string::npos);
-    CHECK(decode_error("nanovm-manifest 2\npart a 1 00000000\nend 00000000\n").find("newer nanovm") !=
+    CHECK(decode_error("nanovm-manifest 3\npart a 1 00000000\nend 00000000\n").find("newer nanovm") !=
           std::string::npos);
     CHECK(decode_error("nanovm-manifest 1\nend 00000000\n").find("line 2: checksum mismatch") != std::string::npos);
     CHECK(decode_error(std::string(kMaxManifestBytes + 1, 'x')).find("more than a manifest can have") !=
