@@ -82,7 +82,15 @@ void UffdServer::remap(GuestMemory& memory, const std::function<void()>& replace
     replace();
     // The old mapping went aside without its registration (mremap drops it when
     // UFFD_FEATURE_EVENT_REMAP was not asked for): register the new one.
-    register_regions(memory);
+    try {
+        register_regions(memory);
+    } catch (const std::exception& e) {
+        // Unserved, a hole of the frozen memfds would read as a zero page (and put one
+        // into them): the VM must not run on.
+        lock.unlock();
+        report(std::string("after a freeze: ") + e.what());
+        throw;
+    }
     memory.set_backing(GuestMemory::Backing::lazy_private_memfd);
 }
 

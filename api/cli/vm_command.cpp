@@ -285,6 +285,7 @@ int vm_restore(const VmCommandOptions& o) {
     spec.restore_dir = absolute_dir(o.snapshot_dir);
     spec.memory_backend = o.memory_backend;
     spec.fork_standby = o.fork_standby;
+    spec.standby_sockets = o.into_standby;
     return vm_start(spec);
 }
 
@@ -405,11 +406,12 @@ VmCommands add_vm_commands(CLI::App& app, VmCommandOptions& o) {
     c.restore = c.vm->add_subcommand("restore", "Start a new VM from a snapshot directory; print its id once it answers");
     c.restore->add_option("dir", o.snapshot_dir, "A snapshot directory (nanovm vm snapshot)")->required();
     c.restore->add_option("--memory-backend", o.memory_backend,
-                          "file: private mapping of the snapshot's memory file (page cache shared); uffd: pages "
-                          "served on first touch")
+                          "file: pages served on first touch from the snapshot's memory files; uffd: the same, "
+                          "after the pages the last uffd restore touched first")
         ->check(CLI::IsMember({"file", "uffd"}))
         ->capture_default_str();
     add_standby_option(c.restore, o.fork_standby);
+    c.restore->add_option("--into-standby", o.into_standby)->group("");  // hidden: a standby socket to restore into
     c.fork = c.vm->add_subcommand("fork", "Fork a running VM into N new VMs; print their ids");
     c.fork->add_option("id", o.id, "VM id")->required();
     c.fork->add_option("-n", o.fork_count, "How many children (1 to 4)")

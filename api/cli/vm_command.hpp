@@ -44,6 +44,9 @@ struct VmCommandOptions {
     std::string memory_backend = "file";     ///< restore, fork: file | uffd
     uint32_t fork_count = 1;                 ///< fork: children, 1..4
     uint32_t fork_standby = 1;               ///< restore, fork: standbys the new VMs keep (start: spec.fork_standby)
+    /// restore (hidden --into-standby): standby sockets to offer the restore to first
+    /// (a standby of the snapshot's shape, api/vm/fork_standby.hpp; the template pool comes later)
+    std::vector<std::string> into_standby;
     vm::VmmOptions vmm;                      ///< _vmm
     vm::StandbyOptions standby;              ///< _standby
     uint32_t vmm_boot_timeout_ms = 60000;    ///< _vmm

@@ -48,6 +48,16 @@ Fd listen_on(const std::string& path) {
     return sock;
 }
 
+// Throws Error unless snapshot `dir`'s machine (its checked vm.state) has the shape `machine` was made for.
+void check_restore_shape(const std::string& dir, const Machine& machine) {
+    const std::string state_path = snapshot::snapshot_part(dir, snapshot::kStateFileName);
+    const snapshot::VmState state = snapshot::decode_vm_state(snapshot::read_checked_state(dir), state_path);
+    const snapshot::MachineInfo mine = snapshot::machine_shape(machine);
+    if (!snapshot::same_shape(state.machine, mine))
+        throw Error(fmt::format("the snapshot's machine ({}) is not this standby's ({})",
+                                snapshot::describe_shape(state.machine), snapshot::describe_shape(mine)));
+}
+
 }  // namespace
 
 int run_fork_standby(const StandbyOptions& o) {
@@ -94,8 +104,11 @@ int run_fork_standby(const StandbyOptions& o) {
         StandbyClaim claim;
         try {
             claim = receive_claim(conn.get(), 2000ms);
-            if (claim.options.restore_dir.empty() || claim.options.fork_memory.empty())
-                throw Error("standby claim: not a fork (no restore_dir or fork_memory)");
+            if (claim.options.restore_dir.empty())
+                throw Error("standby claim: neither a fork nor a restore (no restore_dir)");
+            // A restore: the snapshot must be of this standby's shape (a fork child's
+            // always is: the standby was made for its parent).
+            if (claim.options.fork_memory.empty()) check_restore_shape(claim.options.restore_dir, *machine);
         } catch (const std::exception& e) {
             log_line(fmt::format("{}: refused a claim: {}", name, e.what()));
             answer_claim(conn.get(), fmt::format("no: {}", e.what()));
@@ -117,8 +130,8 @@ int run_fork_standby(const StandbyOptions& o) {
             ::dup2(log.get(), STDOUT_FILENO);
             ::dup2(log.get(), STDERR_FILENO);
         }
-        log_line(fmt::format("VM {}: a fork child in a standby made ahead by VM pid {} (pid {})", options.id,
-                             o.parent_pid, ::getpid()));
+        log_line(fmt::format("VM {}: a {} in a standby made ahead by VM pid {} (pid {})", options.id,
+                             options.fork_memory.empty() ? "restore" : "fork child", o.parent_pid, ::getpid()));
         options.lock_fd = claim.lock.release();
         options.ready_fd = claim.ready.release();
         return run_vmm(options, std::move(machine));

@@ -193,9 +193,10 @@ StartedVm start_vm(const SandboxSpec& spec, bool attached, int signal_fd) {
         child.fork_delta = spec.fork_delta;
     }
     child.fork_standby = spec.fork_standby;
-    // A fork child goes to one of the parent's standbys if one takes it.
+    // A fork child goes to one of the parent's standbys if one takes it; a restore to
+    // one of the standbys it was given (a standby refuses a snapshot of another shape).
     std::optional<pid_t> standby;
-    if (!child.fork_memory.empty() && !attached) {
+    if (restore && !attached) {
         for (const std::string& socket : spec.standby_sockets) {
             std::string why;
             standby = hand_to_standby(socket, child, dir.lock.get(), ready_write.get(), std::chrono::seconds(2), why);

@@ -41,9 +41,10 @@ struct SandboxSpec {
     /// restore_dir is a fork base: the parent's frozen RAM as VmmOptions::fork_memory says.
     std::string fork_memory;
     std::string fork_delta;  ///< with fork_memory: VmmOptions::fork_delta
-    /// With fork_memory: the parent's standby sockets (standby_sockets(), oldest
-    /// first); the child goes to the first that takes it (standby_handoff.hpp), else
-    /// a new VMM process starts as usual.
+    /// With restore_dir: standby sockets (a fork child: its parent's,
+    /// standby_sockets(), oldest first; a restore: standbys of the snapshot's shape);
+    /// the VM goes to the first that takes it (standby_handoff.hpp), else a new VMM
+    /// process starts as usual.
     std::vector<std::string> standby_sockets;
     /// Standbys the new VM keeps for its own forks (VmmOptions::fork_standby, 0..4; 0:
     /// none, as nanovmd's sandboxes).

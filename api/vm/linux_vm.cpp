@@ -230,13 +230,16 @@ LinuxVm::LinuxVm(const BootOptions& options, int console_fd)
 LinuxVm::LinuxVm(const std::string& dir, snapshot::MemoryBackend backend,
                  const std::function<BootOptions(const nlohmann::json& saved)>& make_options, int console_fd,
                  std::span<const int> fork_memfds, int fork_delta, std::unique_ptr<Machine> standby) {
-    if (standby && fork_memfds.empty()) throw Error("LinuxVm: a standby machine is only for a fork child");
-    // A standby checked this host when it was made (fork_standby.cpp): not again on the fork's path.
+    // A standby checked this host when it was made (fork_standby.cpp): not again on the restore's path.
     Kvm kvm = standby ? Kvm::open() : open_kvm();
-    snapshot::RestoredMachine restored =
-        fork_memfds.empty() ? snapshot::restore_snapshot(kvm, dir, backend)
-        : standby           ? snapshot::restore_fork(std::move(standby), dir, fork_memfds, fork_delta)
-                            : snapshot::restore_fork(kvm, dir, fork_memfds, fork_delta);
+    snapshot::RestoredMachine restored;
+    if (fork_memfds.empty()) {
+        restored = standby ? snapshot::restore_snapshot(std::move(standby), dir, backend)
+                           : snapshot::restore_snapshot(kvm, dir, backend);
+    } else {
+        restored = standby ? snapshot::restore_fork(std::move(standby), dir, fork_memfds, fork_delta)
+                           : snapshot::restore_fork(kvm, dir, fork_memfds, fork_delta);
+    }
     // The disk layers carry no checksums of their own: check them against the
     // manifest, once per snapshot (parts.verified; write_manifest fills it).
     {

@@ -61,8 +61,9 @@ public:
     /// With `fork_memfds` (a fork child): `dir` is a fork base (LinuxVm::fork) and
     /// the RAM a private mapping of those memfds (snapshot::restore_fork) with the
     /// delta `fork_delta` applied if >= 0; `backend` is not used. With `standby` (a
-    /// fork child's Machine made ahead, snapshot::make_fork_standby) the fork is
-    /// restored into it (snapshot::restore_fork(standby, ...)) instead of a new one.
+    /// Machine of the snapshot's shape made ahead, snapshot::make_fork_standby) the
+    /// snapshot or fork is restored into it (snapshot::restore_snapshot(standby, ...),
+    /// restore_fork(standby, ...)) instead of a new one.
     LinuxVm(const std::string& dir, snapshot::MemoryBackend backend,
             const std::function<BootOptions(const nlohmann::json& saved)>& make_options, int console_fd,
             std::span<const int> fork_memfds = {}, int fork_delta = -1, std::unique_ptr<Machine> standby = nullptr);

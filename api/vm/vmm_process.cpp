@@ -702,8 +702,7 @@ int serve(const VmmOptions& requested, ReadyPipe& pipe, std::unique_ptr<Machine>
     // A fork's shared snapshot stays while any VM whose disks read from it runs.
     std::vector<Fd> fork_bases;
     const bool from_standby = standby != nullptr;
-    if (standby && (!restore || options.fork_memory.empty()))
-        throw Error("a standby VMM can only become a fork child (--restore with --fork-memory)");
+    if (standby && !restore) throw Error("a standby VMM can only become a fork child or a restored VM (--restore)");
     if (restore) {
         const auto restore_start = Clock::now();
         if (options.memory_backend != "file" && options.memory_backend != "uffd")
@@ -728,9 +727,10 @@ int serve(const VmmOptions& requested, ReadyPipe& pipe, std::unique_ptr<Machine>
             console.get(), fork_memfds, fork_delta.empty() ? -1 : fork_delta[0].get(), std::move(standby));
         log_line(fmt::format("restored {} ({}) in {:.1f} ms: memory, vCPU and device state, disk layers",
                              options.restore_dir,
-                             fork_memfds.empty() ? options.memory_backend + " backend"
-                             : from_standby      ? "a fork into a standby: memory mapped from the parent's frozen layer"
-                                                 : "a fork: memory mapped from the parent's frozen layer",
+                             fork_memfds.empty()
+                                 ? options.memory_backend + " backend" + (from_standby ? ", into a standby" : "")
+                             : from_standby ? "a fork into a standby: memory mapped from the parent's frozen layer"
+                                            : "a fork: memory mapped from the parent's frozen layer",
                              snapshot::ms_since(restore_start)));
     } else {
         if (options.image.empty()) throw Error("--image is required");

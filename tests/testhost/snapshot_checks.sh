@@ -112,13 +112,39 @@ uffd_kept=$(guest "$uffd_vm" 'cat /root/kept.txt')
 check "vm restore --memory-backend uffd: the file is there (exit $uffd_status)" test "$uffd_kept" = before-snapshot
 sstop "$uffd_vm"
 
-# S4. Snapshot of a restored VM, and its restore.
+# S4. Snapshot of a restored VM, and its restore (issue 18): its RAM is frozen in the
+# pause like a booted VM's and written after it ("background": true), as a diff over
+# snap1's memory layer that snap2's manifest names in a chain line; the restore of
+# snap2 keeps its files and its counting process. A fork of the restored VM (nothing
+# copied), and a restore into a standby made ahead by another VM.
 guest "$restored" 'echo second-generation > /root/gen2.txt; sync' >/dev/null
 svm snapshot "$restored" --wait-durable "$sn/snap2" >"$sn/snap2.json" 2>"$sn/snap2.err"; s2=$?
 third=$(svm restore "$sn/snap2" 2>"$sn/restore2.err")
 gen=$(guest "$third" 'cat /root/kept.txt /root/gen2.txt' | tr '\n' ' ')
 check "a restored VM is snapshotted and restored again: both files there (exit $s2, got '$gen')" \
   test "$gen" = "before-snapshot second-generation "
+check "the restored VM's snapshot froze its RAM and copied it after the pause: $(tr -d '\n' <"$sn/snap2.json" | head -c 300)" \
+  grep -q '"background": *true' "$sn/snap2.json"
+chain_line=$(grep '^chain ' "$sn/snap2/manifest" 2>/dev/null)
+check "snap2's manifest names the layer it chains to, in snap1 (${chain_line:-no chain line})" \
+  test "${chain_line%% *}" = chain -a "$(echo "$chain_line" | cut -d' ' -f2)" = ../snap1/memory.layer
+t1=$(guest "$third" 'cat /tmp/count'); sleep 2; t2=$(guest "$third" 'cat /tmp/count')
+check "the background process counts on in the restore of the restored VM's snapshot ($t1 -> $t2)" \
+  test -n "$t1" -a -n "$t2" -a "${t2:-0}" -gt "${t1:-0}"
+rkid=$(svm fork "$restored" 2>"$sn/rfork.err"); rfs=$?
+rgen=$(guest "$rkid" 'cat /root/gen2.txt')
+check "a restored VM forks: its child has its file (exit $rfs, got '$rgen')" test "$rgen" = second-generation
+[ "$rgen" = second-generation ] || sshow rfork.err
+sstop "$rkid"
+# A restore into $third's standby (same shape: made ahead, as fork children use them).
+for _ in $(seq 50); do sock=$(ls "$NANOVM_RUN_DIR/vms/$third"/standby-*.sock 2>/dev/null | head -1); [ -n "$sock" ] && break; sleep 0.2; done
+into=$(svm restore "$sn/snap2" --into-standby "${sock:-none}" 2>"$sn/restore-standby.err")
+into_gen=$(guest "$into" 'cat /root/gen2.txt')
+into_log=$(grep -m 1 -o 'a restore in a standby' "$NANOVM_RUN_DIR/vms/$into/vmm.log" 2>/dev/null)
+check "vm restore into a standby made ahead: its VMM is that standby ('${into_log:-not in its vmm.log}'), the file is there ('$into_gen')" \
+  test "$into_log" = "a restore in a standby" -a "$into_gen" = second-generation
+[ "$into_gen" = second-generation ] || sshow restore-standby.err
+sstop "$into"
 sstop "$third"
 sstop "$restored"
 
