@@ -56,7 +56,7 @@ TEST_CASE("a run directory that cannot be made names NANOVM_RUN_DIR", "[api][vm]
         return;
     }
     ::setenv("NANOVM_RUN_DIR", "/sys/nanovm-unit-test-run", 1);
-    CHECK_THROWS_WITH(create_vm_dir(), Catch::Contains("/sys/nanovm-unit-test-run/vms") &&
+    CHECK_THROWS_WITH(create_vm_dir(default_run_dir()), Catch::Contains("/sys/nanovm-unit-test-run/vms") &&
                                            Catch::Contains("set NANOVM_RUN_DIR to a writable directory"));
     ::unsetenv("NANOVM_RUN_DIR");
 }
