@@ -43,13 +43,24 @@ T decoded(const proto::Frame& frame) {
 
 namespace {
 // What a request in flight waits for.
-enum RequestKind : int { kExecRequest, kReadRequest, kWriteRequest, kListRequest, kStatRequest, kOkRequest };
+enum RequestKind : int {
+    kExecRequest,
+    kReadRequest,
+    kWriteRequest,
+    kListRequest,
+    kStatRequest,
+    kOkRequest,
+    kJobStartRequest,
+    kJobListRequest,
+    kJobAttachRequest,
+};
 }  // namespace
 
 // One request's answer as it comes in.
 struct AgentClient::Pending {
     static constexpr int kExec = kExecRequest, kRead = kReadRequest, kWrite = kWriteRequest, kList = kListRequest,
-                         kStat = kStatRequest, kOk = kOkRequest;
+                         kStat = kStatRequest, kOk = kOkRequest, kJobStart = kJobStartRequest,
+                         kJobList = kJobListRequest, kJobAttach = kJobAttachRequest;
     int kind = kOk;
     bool done = false;
     /// A command's own bound: started + timeout + exit_grace (none without a timeout).
@@ -62,6 +73,9 @@ struct AgentClient::Pending {
     std::vector<proto::DirEntry> entries;
     bool too_many_entries = false;
     proto::FileInfo info;
+    uint64_t job = 0;
+    proto::JobList jobs;
+    JobOutputCallback on_job_output;
 };
 
 namespace {
@@ -70,12 +84,19 @@ bool fits(int kind, MessageType type) {
     switch (type) {
         case MessageType::kStdout:
         case MessageType::kStderr:
-        case MessageType::kExit:
             return kind == kExecRequest;
+        case MessageType::kExit:
+            return kind == kExecRequest || kind == kJobAttachRequest;
+        case MessageType::kJobStarted:
+            return kind == kJobStartRequest;
+        case MessageType::kJobListReply:
+            return kind == kJobListRequest;
+        case MessageType::kJobOutput:
+            return kind == kJobAttachRequest;
         case MessageType::kReadData:
             return kind == kReadRequest;
         case MessageType::kDone:
-            return kind == kReadRequest || kind == kWriteRequest || kind == kListRequest;
+            return kind == kReadRequest || kind == kWriteRequest || kind == kListRequest || kind == kJobAttachRequest;
         case MessageType::kDirEntries:
             return kind == kListRequest;
         case MessageType::kStatReply:
@@ -326,6 +347,23 @@ void AgentClient::handle(const proto::Frame& frame) {
         case MessageType::kOk:
             p.done = true;
             return;
+        case MessageType::kJobStarted:
+            p.job = decoded<proto::JobRef>(frame).job;
+            p.done = true;
+            return;
+        case MessageType::kJobListReply:
+            p.jobs = decoded<proto::JobList>(frame);
+            p.done = true;
+            return;
+        case MessageType::kJobOutput: {
+            const auto out = decoded<proto::JobOutput>(frame);
+            if (p.on_job_output)
+                p.on_job_output(out.stream, out.offset, out.data);
+            else
+                collect(out.stream == proto::JobStream::kStdout ? p.result.stdout_data : p.result.stderr_data, out.data,
+                        limits_.max_collected_output, p.result.output_truncated);
+            return;
+        }
         default:
             throw ConnectionError(std::string("unexpected ") + proto::message_type_name(frame.type));
     }
@@ -368,7 +406,10 @@ std::chrono::microseconds AgentClient::ping() {
     return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start);
 }
 
-RequestId AgentClient::start(const Command& command, OutputCallbacks callbacks) {
+namespace {
+
+// EXEC's (and JOB_START's) payload for `command`. Throws std::invalid_argument.
+proto::ExecRequest exec_request(const Command& command) {
     proto::ExecRequest request;
     if (!command.shell.empty()) {
         if (!command.argv.empty()) throw std::invalid_argument("a Command has argv or shell, not both");
@@ -385,6 +426,13 @@ RequestId AgentClient::start(const Command& command, OutputCallbacks callbacks) 
     request.gid = command.gid;
     request.stdin_stream = command.stdin_stream || command.stdin_data.has_value();
     request.timeout_ms = static_cast<uint32_t>(command.timeout.count());
+    return request;
+}
+
+}  // namespace
+
+RequestId AgentClient::start(const Command& command, OutputCallbacks callbacks) {
+    const proto::ExecRequest request = exec_request(command);
     const RequestId id = next_id();
     Pending& p = add_pending(id, Pending::kExec);
     p.callbacks = std::move(callbacks);
@@ -614,6 +662,84 @@ void AgentClient::resync(std::span<const uint8_t> entropy, int64_t wall_clock_ns
     request.wall_clock_ns = wall_clock_ns;
     request.hostname = hostname;
     simple_request(MessageType::kResync, proto::encode(request));
+}
+
+void AgentClient::require_jobs(const char* what) const {
+    const uint32_t needs = proto::message_first_version(MessageType::kJobStart);
+    if (protocol_version_ < needs)
+        throw AgentError("EOPNOTSUPP", std::string(what) + ": the agent speaks protocol version " +
+                                           std::to_string(protocol_version_) + " (background jobs need " +
+                                           std::to_string(needs) + ")");
+}
+
+uint64_t AgentClient::start_job(const Command& command) {
+    require_jobs("start_job");
+    const proto::ExecRequest request = exec_request(command);
+    const RequestId id = next_id();
+    add_pending(id, Pending::kJobStart);
+    send(MessageType::kJobStart, id, proto::encode(request));
+    const uint64_t job = take(id).job;
+    if (command.stdin_data) {
+        job_stdin(job, *command.stdin_data);
+        job_close_stdin(job);
+    }
+    return job;
+}
+
+std::vector<JobInfo> AgentClient::list_jobs() {
+    require_jobs("list_jobs");
+    const RequestId id = next_id();
+    add_pending(id, Pending::kJobList);
+    send(MessageType::kJobList, id, proto::encode(proto::JobListRequest{}));
+    std::vector<JobInfo> out;
+    for (const proto::JobInfo& j : take(id).jobs)
+        out.push_back(JobInfo{j.job, j.argv, j.shell, j.started_unix_ms, j.running,
+                              ExitStatus{j.exit.signaled, j.exit.value, j.exit.timed_out}, j.stdout_bytes,
+                              j.stderr_bytes, j.stdin_open});
+    return out;
+}
+
+RequestId AgentClient::attach_job(uint64_t job, uint64_t stdout_from, uint64_t stderr_from, bool follow,
+                                  JobOutputCallback on_output) {
+    require_jobs("attach_job");
+    const RequestId id = next_id();
+    Pending& p = add_pending(id, Pending::kJobAttach);
+    p.on_job_output = std::move(on_output);
+    send(MessageType::kJobAttach, id, proto::encode(proto::JobAttach{job, stdout_from, stderr_from, follow}));
+    return id;
+}
+
+void AgentClient::job_stdin(uint64_t job, std::string_view data) {
+    require_jobs("job_stdin");
+    // One request per chunk: each is queued in the agent before the next goes.
+    do {
+        const size_t n = std::min<size_t>(data.size(), kWriteChunk);
+        simple_request(MessageType::kJobStdin, proto::encode(proto::JobStdin{job, std::string(data.substr(0, n))}));
+        data.remove_prefix(n);
+    } while (!data.empty());
+}
+
+void AgentClient::job_close_stdin(uint64_t job) {
+    require_jobs("job_close_stdin");
+    simple_request(MessageType::kJobStdinClose, proto::encode(proto::JobRef{job}));
+}
+
+void AgentClient::job_signal(uint64_t job, int signal) {
+    require_jobs("job_signal");
+    simple_request(MessageType::kJobSignal, proto::encode(proto::JobSignal{job, signal}));
+}
+
+ExitStatus AgentClient::wait_job(uint64_t job) {
+    require_jobs("wait_job");
+    const RequestId id = next_id();
+    add_pending(id, Pending::kJobAttach);
+    send(MessageType::kJobWait, id, proto::encode(proto::JobRef{job}));
+    return take(id).result.status;
+}
+
+void AgentClient::forget_job(uint64_t job) {
+    require_jobs("forget_job");
+    simple_request(MessageType::kJobForget, proto::encode(proto::JobRef{job}));
 }
 
 void resync_guest(AgentClient& client, const std::string& hostname) {

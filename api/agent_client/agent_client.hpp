@@ -161,6 +161,27 @@ struct WriteOptions {
 /// A request in flight on a connection.
 using RequestId = uint32_t;
 
+/// A background job (protocol version 3) as list_jobs() shows it.
+struct JobInfo {
+    uint64_t id = 0;
+    /// As started (a shell job: its one command line); at most proto::kJobListArgs
+    /// elements, each cut to proto::kJobListArgBytes bytes.
+    std::vector<std::string> argv;
+    bool shell = false;
+    int64_t started_unix_ms = 0;  ///< the guest's wall clock at its start, ms since the epoch
+    bool running = false;
+    ExitStatus status;            ///< how it ended, when not running
+    uint64_t stdout_bytes = 0;    ///< bytes its stdout produced so far (the next offset)
+    uint64_t stderr_bytes = 0;
+    bool stdin_open = false;      ///< job_stdin() is taken
+};
+
+/// Where an attached job's output goes as it arrives: the stream, the offset of the
+/// chunk's first byte in it (bytes the stream produced before), the bytes. A gap
+/// between the offset wanted and the first offset given is output the agent no
+/// longer keeps (it keeps the last proto::kJobOutputKeep bytes per stream).
+using JobOutputCallback = std::function<void(proto::JobStream stream, uint64_t offset, std::string_view data)>;
+
 /// One connection to a guest agent.
 class AgentClient {
 public:
@@ -266,6 +287,36 @@ public:
     /// Ends the session (its running command, if any, is killed).
     void close_session(const std::string& name);
 
+    // Background jobs (protocol version 3: an older agent gets AgentError EOPNOTSUPP,
+    // client-side, nothing sent). A job belongs to the agent: it runs on when this
+    // connection closes, and any connection can reach it by its id.
+
+    /// Starts `command` as a background job; returns its id at once (stdin_data, if
+    /// any, is then sent and closed). Throws AgentError as start() does, EAGAIN when
+    /// proto::kMaxJobs jobs run.
+    uint64_t start_job(const Command& command);
+    /// Every job the agent keeps (running or ended), by id.
+    std::vector<JobInfo> list_jobs();
+    /// Attaches to job `job`'s output from the offsets given (0, 0: from the oldest
+    /// byte kept): what is buffered comes at once; with `follow` the live output
+    /// follows until the job ends. The chunks go to `on_output`, or without it into
+    /// the ExecResult. wait(id) returns once it is over: with `follow`, with the
+    /// job's ExitStatus. cancel(id) detaches (wait then throws AgentError ECANCELED;
+    /// the job runs on). AgentError ENOENT: no such job.
+    RequestId attach_job(uint64_t job, uint64_t stdout_from, uint64_t stderr_from, bool follow,
+                         JobOutputCallback on_output = {});
+    /// Feeds job `job`'s stdin (a job started with stdin_stream). AgentError EPIPE
+    /// (closed, ended, no stdin pipe), EAGAIN (too much waiting: retry later), ENOENT.
+    void job_stdin(uint64_t job, std::string_view data);
+    /// Closes that stdin (EOF for the job). AgentError EPIPE, ENOENT.
+    void job_close_stdin(uint64_t job);
+    /// Sends `signal` to the job's process group. AgentError ESRCH (it ended), ENOENT.
+    void job_signal(uint64_t job, int signal);
+    /// Waits until job `job` ends; returns how. AgentError ENOENT.
+    ExitStatus wait_job(uint64_t job);
+    /// Drops an ended job and its output. AgentError EBUSY (it runs), ENOENT.
+    void forget_job(uint64_t job);
+
     /// Asks the guest to power off or reboot (AgentError EOPNOTSUPP from a host agent).
     void shutdown(proto::ShutdownRequest::Action action = proto::ShutdownRequest::Action::kPoweroff);
 
@@ -302,6 +353,7 @@ private:
     Pending take(RequestId id);
     ExecResult exec_result(Pending& pending);
     void simple_request(proto::MessageType type, const std::string& payload);
+    void require_jobs(const char* what) const;
 
     Fd socket_;
     proto::FrameParser parser_;

@@ -15,6 +15,7 @@ class Poller;
 class Timers;
 class Children;
 class Sessions;
+class BackgroundJobs;
 
 /// Connections served at once; more are accepted and closed with ERROR EAGAIN.
 inline constexpr size_t kMaxConnections = 64;
@@ -51,6 +52,7 @@ struct AgentContext {
     Timers& timers;
     Children& children;
     Sessions& sessions;
+    BackgroundJobs& jobs;  ///< protocol version 3's detached commands
     /// The environment commands start from (HOME, PATH, TERM, SHELL, USER, LOGNAME).
     std::vector<std::string> base_env;
     /// True in a guest: SHUTDOWN signals PID 1, RESYNC changes the kernel's RNG,

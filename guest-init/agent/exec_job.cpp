@@ -13,20 +13,16 @@ namespace nanovm::agent {
 
 using proto::MessageType;
 
-void ExecJob::start(Connection& connection, uint32_t id, const proto::ExecRequest& request) {
-    AgentContext& context = connection.context();
+bool spawn_exec_request(const AgentContext& context, const proto::ExecRequest& request, SpawnedProcess& process,
+                        Failure& failure) {
     SpawnSpec spec;
     spec.env = merge_environment(context.base_env, request.env, request.clear_env);
     if (request.shell) {
         spec.path = "/bin/sh";
         spec.argv = {"sh", "-c", request.argv[0]};
     } else {
-        Failure failure;
         const auto path = find_program(request.argv[0], environment_value(spec.env, "PATH", ""), failure);
-        if (!path) {
-            connection.send_error(id, failure);
-            return;
-        }
+        if (!path) return false;
         spec.path = *path;
         spec.argv = request.argv;
     }
@@ -34,9 +30,13 @@ void ExecJob::start(Connection& connection, uint32_t id, const proto::ExecReques
     spec.uid = request.uid;
     spec.gid = request.gid;
     spec.stdin_pipe = request.stdin_stream;
+    return spawn_process(spec, process, failure);
+}
+
+void ExecJob::start(Connection& connection, uint32_t id, const proto::ExecRequest& request) {
     SpawnedProcess process;
     Failure failure;
-    if (!spawn_process(spec, process, failure)) {
+    if (!spawn_exec_request(connection.context(), request, process, failure)) {
         connection.send_error(id, failure);
         return;
     }

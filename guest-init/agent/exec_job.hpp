@@ -22,6 +22,13 @@
 
 namespace nanovm::agent {
 
+/// Spawns the command of an EXEC (or JOB_START) request: `/bin/sh -c` for a shell
+/// line, else argv[0] looked up on the command's PATH; the environment over the
+/// context's base environment. False with `failure` (ENOENT: no such program or cwd,
+/// EACCES, EPERM for uid/gid...).
+bool spawn_exec_request(const AgentContext& context, const proto::ExecRequest& request, SpawnedProcess& process,
+                        Failure& failure);
+
 /// A running command.
 class ExecJob final : public Job {
 public:

@@ -43,6 +43,22 @@ OutputPipe::Result OutputPipe::forward(Connection* connection, uint32_t id, bool
     return Result::kEof;
 }
 
+OutputPipe::Result OutputPipe::read_to(const std::function<void(std::string_view)>& sink) {
+    if (!fd_.valid()) return Result::kEof;
+    static char buffer[kPipeChunk];  // the agent is single-threaded
+    ssize_t n;
+    do {
+        n = ::read(fd_.get(), buffer, sizeof buffer);
+    } while (n < 0 && errno == EINTR);
+    if (n > 0) {
+        sink(std::string_view(buffer, static_cast<size_t>(n)));
+        return Result::kData;
+    }
+    if (n < 0 && errno == EAGAIN) return Result::kAgain;
+    close();
+    return Result::kEof;
+}
+
 OutputPipe::Result OutputPipe::forward_all(Connection* connection, uint32_t id, bool ignore_room,
                                            size_t limit) {
     size_t rounds = limit / kPipeChunk + 1;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string_view>
 
 #include "guest-init/agent/poller.hpp"
 #include "guest-init/protocol/frame.hpp"
@@ -38,6 +39,10 @@ public:
     /// forward() until kAgain, kEof or kNoRoom, or until about `limit` bytes (whole
     /// kPipeChunk reads) went by. Returns the last result.
     Result forward_all(Connection* connection, uint32_t id, bool ignore_room, size_t limit);
+    /// Reads once (up to kPipeChunk bytes) and hands them to `sink` (not called when
+    /// nothing was read): for output the agent keeps itself (background jobs). Never
+    /// kNoRoom.
+    Result read_to(const std::function<void(std::string_view)>& sink);
     /// Watches the pipe again after kNoRoom.
     void resume();
     /// Stops watching and closes the pipe.

@@ -1,6 +1,7 @@
 // Request dispatch (see requests.hpp).
 #include "guest-init/agent/requests.hpp"
 
+#include "guest-init/agent/background.hpp"
 #include "guest-init/agent/connection.hpp"
 #include "guest-init/agent/exec_job.hpp"
 #include "guest-init/agent/file_jobs.hpp"
@@ -29,6 +30,13 @@ void answer(Connection& c, uint32_t id, bool ok, const Failure& failure) {
         c.send(MessageType::kOk, id, {});
     else
         c.send_error(id, failure);
+}
+
+// The background job `job`, or null with ENOENT in `failure`.
+BackgroundJob* find_job(Connection& c, uint64_t job, Failure& failure) {
+    BackgroundJob* found = c.context().jobs.find(job);
+    if (!found) failure = Failure{ENOENT, "no background job " + std::to_string(job)};
+    return found;
 }
 
 }  // namespace
@@ -95,6 +103,40 @@ bool handle_request(Connection& c, const proto::Frame& frame) {
             return with<proto::SessionCloseRequest>(frame, [&](const proto::SessionCloseRequest& r) {
                 const bool closed = c.context().sessions.close(r.name);
                 answer(c, id, closed, Failure{ENOENT, "no session named " + r.name});
+            });
+        case MessageType::kJobStart:
+            return with<proto::ExecRequest>(frame, [&](const proto::ExecRequest& r) {
+                if (BackgroundJob* job = c.context().jobs.start(c.context(), r, failure))
+                    c.send(MessageType::kJobStarted, id, proto::encode(proto::JobRef{job->id()}));
+                else
+                    c.send_error(id, failure);
+            });
+        case MessageType::kJobList:
+            return with<proto::JobListRequest>(frame, [&](const proto::JobListRequest&) {
+                c.send(MessageType::kJobListReply, id, proto::encode(c.context().jobs.list()));
+            });
+        case MessageType::kJobAttach:
+            return with<proto::JobAttach>(frame, [&](const proto::JobAttach& r) { JobAttachJob::attach(c, id, r); });
+        case MessageType::kJobWait:
+            return with<proto::JobRef>(frame, [&](const proto::JobRef& r) { JobAttachJob::wait(c, id, r); });
+        case MessageType::kJobStdin:
+            return with<proto::JobStdin>(frame, [&](const proto::JobStdin& r) {
+                BackgroundJob* job = find_job(c, r.job, failure);
+                answer(c, id, job && job->write_stdin(r.data, failure), failure);
+            });
+        case MessageType::kJobStdinClose:
+            return with<proto::JobRef>(frame, [&](const proto::JobRef& r) {
+                BackgroundJob* job = find_job(c, r.job, failure);
+                answer(c, id, job && job->close_stdin(failure), failure);
+            });
+        case MessageType::kJobSignal:
+            return with<proto::JobSignal>(frame, [&](const proto::JobSignal& r) {
+                BackgroundJob* job = find_job(c, r.job, failure);
+                answer(c, id, job && job->signal(r.signal, failure), failure);
+            });
+        case MessageType::kJobForget:
+            return with<proto::JobRef>(frame, [&](const proto::JobRef& r) {
+                answer(c, id, c.context().jobs.forget(r.job, failure), failure);
             });
         default:
             return false;

@@ -10,6 +10,7 @@
 #include <list>
 #include <memory>
 
+#include "guest-init/agent/background.hpp"
 #include "guest-init/agent/children.hpp"
 #include "guest-init/agent/connection.hpp"
 #include "guest-init/agent/poller.hpp"
@@ -26,13 +27,14 @@ class Server {
 public:
     explicit Server(const ServerOptions& options)
         : options_(options),
-          context_{poller_, timers_, children_, sessions_, guest_init::child_environment(),
+          context_{poller_, timers_, children_, sessions_, jobs_, guest_init::child_environment(),
                    options.in_guest, options.software, {}} {}
 
     ~Server() {
         // Connections first: their jobs kill their commands and detach from sessions.
         connections_.clear();
         sessions_.clear();
+        jobs_.clear();
     }
 
     int run() {
@@ -131,6 +133,7 @@ private:
     Timers timers_;
     Children children_;
     Sessions sessions_;
+    BackgroundJobs jobs_;
     AgentContext context_;
     Fd signals_;
     Fd listener_;

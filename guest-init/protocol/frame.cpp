@@ -26,6 +26,14 @@ bool is_client_message(MessageType type) {
         case MessageType::kSessionOpen:
         case MessageType::kSessionRun:
         case MessageType::kSessionClose:
+        case MessageType::kJobStart:
+        case MessageType::kJobList:
+        case MessageType::kJobAttach:
+        case MessageType::kJobStdin:
+        case MessageType::kJobStdinClose:
+        case MessageType::kJobSignal:
+        case MessageType::kJobWait:
+        case MessageType::kJobForget:
             return true;
         default:
             return false;
@@ -45,13 +53,34 @@ bool is_agent_message(MessageType type) {
         case MessageType::kDone:
         case MessageType::kDirEntries:
         case MessageType::kStatReply:
+        case MessageType::kJobStarted:
+        case MessageType::kJobListReply:
+        case MessageType::kJobOutput:
             return true;
         default:
             return false;
     }
 }
 
-uint32_t message_first_version(MessageType type) { return type == MessageType::kResync ? 2 : 1; }
+uint32_t message_first_version(MessageType type) {
+    switch (type) {
+        case MessageType::kResync: return 2;
+        case MessageType::kJobStart:
+        case MessageType::kJobList:
+        case MessageType::kJobAttach:
+        case MessageType::kJobStdin:
+        case MessageType::kJobStdinClose:
+        case MessageType::kJobSignal:
+        case MessageType::kJobWait:
+        case MessageType::kJobForget:
+        case MessageType::kJobStarted:
+        case MessageType::kJobListReply:
+        case MessageType::kJobOutput:
+            return 3;
+        default:
+            return 1;
+    }
+}
 
 const char* message_type_name(MessageType type) {
     switch (type) {
@@ -87,6 +116,17 @@ const char* message_type_name(MessageType type) {
         case MessageType::kDone: return "DONE";
         case MessageType::kDirEntries: return "DIR_ENTRIES";
         case MessageType::kStatReply: return "STAT_REPLY";
+        case MessageType::kJobStart: return "JOB_START";
+        case MessageType::kJobList: return "JOB_LIST";
+        case MessageType::kJobAttach: return "JOB_ATTACH";
+        case MessageType::kJobStdin: return "JOB_STDIN";
+        case MessageType::kJobStdinClose: return "JOB_STDIN_CLOSE";
+        case MessageType::kJobSignal: return "JOB_SIGNAL";
+        case MessageType::kJobWait: return "JOB_WAIT";
+        case MessageType::kJobForget: return "JOB_FORGET";
+        case MessageType::kJobStarted: return "JOB_STARTED";
+        case MessageType::kJobListReply: return "JOB_LIST_REPLY";
+        case MessageType::kJobOutput: return "JOB_OUTPUT";
     }
     return "?";
 }

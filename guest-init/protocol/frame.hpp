@@ -30,10 +30,11 @@ namespace nanovm::agent::proto {
 /// connection (messages.hpp): the highest both sides speak.
 ///   1: everything up to SESSION_CLOSE.
 ///   2: adds RESYNC.
+///   3: adds the detached background jobs (JOB_START ... JOB_FORGET).
 /// A newer version only adds message types (message_first_version). Both sides
 /// still speak every version from kMinProtocolVersion: a restored snapshot may run
 /// an older agent, and an older client may talk to a newer agent.
-inline constexpr uint32_t kProtocolVersion = 2;
+inline constexpr uint32_t kProtocolVersion = 3;
 
 /// The oldest protocol version this code still speaks.
 inline constexpr uint32_t kMinProtocolVersion = 1;
@@ -76,6 +77,14 @@ enum class MessageType : uint8_t {
     kSessionOpen = 0x30,   ///< start a persistent shell under a name
     kSessionRun = 0x31,    ///< run a shell command in that shell
     kSessionClose = 0x32,  ///< end that shell
+    kJobStart = 0x40,      ///< (v3) start a detached background job
+    kJobList = 0x41,       ///< (v3) the background jobs
+    kJobAttach = 0x42,     ///< (v3) a job's buffered output, then (follow) its live output
+    kJobStdin = 0x43,      ///< (v3) bytes for a job's stdin
+    kJobStdinClose = 0x44, ///< (v3) close a job's stdin
+    kJobSignal = 0x45,     ///< (v3) a signal for a job's process group
+    kJobWait = 0x46,       ///< (v3) wait for a job to end
+    kJobForget = 0x47,     ///< (v3) drop an ended job and its output
 
     // agent -> client
     kHelloReply = 0x81,  ///< the negotiated version
@@ -89,6 +98,9 @@ enum class MessageType : uint8_t {
     kDone = 0xa1,        ///< a read, list or write finished: byte or entry count
     kDirEntries = 0xa4,  ///< a batch of directory entries
     kStatReply = 0xa5,   ///< stat of one path
+    kJobStarted = 0xb0,    ///< (v3) a background job's id
+    kJobListReply = 0xb1,  ///< (v3) the background jobs
+    kJobOutput = 0xb2,     ///< (v3) a piece of a job's output, with its stream and offset
 };
 
 /// True for the types a client may send (the agent accepts exactly these).

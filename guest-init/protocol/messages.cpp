@@ -121,6 +121,13 @@ public:
     std::string path() { return cstr(kMaxPathBytes, false); }
     std::string session_name() { return cstr(kMaxSessionNameBytes, false); }
     void fail() { ok_ = false; }
+    /// The bytes not read yet (a raw tail), all of them.
+    std::string rest() {
+        if (!ok_) return {};
+        std::string s(in_.substr(pos_));
+        pos_ = in_.size();
+        return s;
+    }
 
     /// True if every read succeeded and every byte was read.
     bool done() const { return ok_ && pos_ == in_.size(); }
@@ -486,6 +493,137 @@ std::string encode(const DoneReport& m) {
 bool decode(std::string_view payload, DoneReport& out) {
     Reader r(payload);
     out.count = r.u64();
+    return r.done();
+}
+
+std::string encode(const JobRef& m) {
+    Writer w;
+    w.u64(m.job);
+    return w.take();
+}
+
+bool decode(std::string_view payload, JobRef& out) {
+    Reader r(payload);
+    out.job = r.u64();
+    if (out.job == 0) r.fail();
+    return r.done();
+}
+
+std::string encode(const JobListRequest&) { return {}; }
+
+bool decode(std::string_view payload, JobListRequest&) { return payload.empty(); }
+
+std::string encode(const JobStdin& m) {
+    Writer w;
+    w.u64(m.job);
+    std::string out = w.take();
+    out.append(m.data);
+    return out;
+}
+
+bool decode(std::string_view payload, JobStdin& out) {
+    Reader r(payload);
+    out.job = r.u64();
+    out.data = r.rest();
+    if (out.job == 0) r.fail();
+    return r.done();
+}
+
+std::string encode(const JobSignal& m) {
+    Writer w;
+    w.u64(m.job);
+    w.u32(static_cast<uint32_t>(m.signal));
+    return w.take();
+}
+
+bool decode(std::string_view payload, JobSignal& out) {
+    Reader r(payload);
+    out.job = r.u64();
+    out.signal = static_cast<int32_t>(r.u32());
+    if (out.job == 0 || out.signal < 1 || out.signal > 64) r.fail();
+    return r.done();
+}
+
+std::string encode(const JobAttach& m) {
+    Writer w;
+    w.u64(m.job);
+    w.u64(m.stdout_from);
+    w.u64(m.stderr_from);
+    w.u8(m.follow ? 1 : 0);
+    return w.take();
+}
+
+bool decode(std::string_view payload, JobAttach& out) {
+    Reader r(payload);
+    out.job = r.u64();
+    out.stdout_from = r.u64();
+    out.stderr_from = r.u64();
+    out.follow = r.flag();
+    if (out.job == 0) r.fail();
+    return r.done();
+}
+
+std::string encode(const JobOutput& m) {
+    Writer w;
+    w.u8(static_cast<uint8_t>(m.stream));
+    w.u64(m.offset);
+    std::string out = w.take();
+    out.append(m.data);
+    return out;
+}
+
+bool decode(std::string_view payload, JobOutput& out) {
+    Reader r(payload);
+    const uint8_t stream = r.u8();
+    if (stream != static_cast<uint8_t>(JobStream::kStdout) && stream != static_cast<uint8_t>(JobStream::kStderr))
+        r.fail();
+    out.stream = static_cast<JobStream>(stream);
+    out.offset = r.u64();
+    out.data = r.rest();
+    return r.done();
+}
+
+std::string encode(const JobList& m) {
+    Writer w;
+    w.u32(static_cast<uint32_t>(m.size()));
+    for (const JobInfo& j : m) {
+        w.u64(j.job);
+        w.strs(j.argv);
+        w.u8(j.shell ? 1 : 0);
+        w.u64(static_cast<uint64_t>(j.started_unix_ms));
+        w.u8(j.running ? 1 : 0);
+        w.u8(j.exit.signaled ? 1 : 0);
+        w.u8(j.exit.timed_out ? 1 : 0);
+        w.u32(static_cast<uint32_t>(j.exit.value));
+        w.u64(j.stdout_bytes);
+        w.u64(j.stderr_bytes);
+        w.u8(j.stdin_open ? 1 : 0);
+    }
+    return w.take();
+}
+
+bool decode(std::string_view payload, JobList& out) {
+    Reader r(payload);
+    const uint32_t n = r.u32();
+    // Each entry takes at least 52 bytes: a larger count is a lie (no reserve for it).
+    if (n > payload.size() / 52) r.fail();
+    out.clear();
+    for (uint32_t i = 0; i < n; ++i) {
+        JobInfo j;
+        j.job = r.u64();
+        j.argv = r.cstrs(false);
+        j.shell = r.flag();
+        j.started_unix_ms = static_cast<int64_t>(r.u64());
+        j.running = r.flag();
+        j.exit.signaled = r.flag();
+        j.exit.timed_out = r.flag();
+        j.exit.value = static_cast<int32_t>(r.u32());
+        if (j.exit.value < 0 || j.exit.value > 255) r.fail();
+        j.stdout_bytes = r.u64();
+        j.stderr_bytes = r.u64();
+        j.stdin_open = r.flag();
+        out.push_back(std::move(j));
+    }
     return r.done();
 }
 

@@ -50,6 +50,35 @@
 //   SESSION_CLOSE (n)         -> OK or ERROR ENOENT.
 //   CANCEL on a FILE_READ, FILE_WRITE or LIST -> ERROR ECANCELED ends it.
 //
+//
+// Background jobs (version 3): commands that belong to the agent, not to a request or
+// a connection. They run on when the client that started them goes away, and any
+// connection can list them, attach to their output, feed their stdin, signal and
+// wait for them. The agent reads their output all the time (a job never blocks on a
+// full pipe) into a buffer per stream that keeps the last kJobOutputKeep bytes; every
+// byte has an offset (bytes the stream produced before it), so a client attaching
+// late knows what it missed. At most kMaxJobs jobs are kept; starting one more drops
+// the oldest ended job (its output is gone), or fails with EAGAIN when all run.
+//   JOB_START (n) ExecRequest -> JOB_STARTED (n) with the job id (at once), or ERROR as
+//                                EXEC's (ENOENT...), EAGAIN (kMaxJobs running).
+//   JOB_LIST (n)              -> JOB_LIST_REPLY (n): every job, running or ended.
+//   JOB_ATTACH (n)            -> JOB_OUTPUT* from the requested offsets (or the oldest
+//                                kept, if later), then with `follow` the live output
+//                                and EXIT once the job ended; without, DONE (bytes sent)
+//                                at the end of what is buffered. ERROR ENOENT: no such
+//                                job (or it was forgotten meanwhile). CANCEL -> ERROR
+//                                ECANCELED (the job runs on).
+//   JOB_STDIN (n)             -> OK once queued for the job's stdin pipe; ERROR ENOENT,
+//                                EPIPE (no stdin pipe, closed, or the job ended), EAGAIN
+//                                (more than kStdinBacklogLimit bytes wait already).
+//   JOB_STDIN_CLOSE (n)       -> OK; ERROR ENOENT, EPIPE.
+//   JOB_SIGNAL (n)            -> OK (sent to the job's process group); ERROR ENOENT,
+//                                ESRCH (it ended).
+//   JOB_WAIT (n)              -> EXIT (n) once the job ended (at once if it has); ERROR
+//                                ENOENT. CANCEL -> ERROR ECANCELED.
+//   JOB_FORGET (n)            -> OK: the ended job and its output are dropped; ERROR
+//                                ENOENT, EBUSY (it runs).
+//
 // STDIN, STDIN_CLOSE, SIGNAL, CANCEL, WRITE_DATA and WRITE_END for an id the agent does
 // not know (any more) are ignored: they race with the end of a request. A request
 // frame (EXEC, FILE_READ...) whose id is 0 or still in use is a protocol error. A
@@ -253,6 +282,72 @@ struct DoneReport {
     uint64_t count = 0;  ///< bytes read or written, or entries listed
 };
 
+/// Background jobs kept at once (running and ended).
+inline constexpr size_t kMaxJobs = 16;
+/// Output kept per job and stream, bytes (the last this many).
+inline constexpr size_t kJobOutputKeep = 1u << 20;
+/// JOB_LIST_REPLY shows at most this many argv elements per job, each cut to
+/// kJobListArgBytes bytes (so that kMaxJobs entries fit one frame).
+inline constexpr size_t kJobListArgs = 64;
+inline constexpr size_t kJobListArgBytes = 512;
+
+/// JOB_STARTED. Payload: u64 job.
+/// JOB_STDIN_CLOSE, JOB_WAIT, JOB_FORGET. Payload: u64 job.
+struct JobRef {
+    uint64_t job = 0;  ///< the id JOB_STARTED gave (never 0)
+};
+
+/// JOB_LIST. Payload: empty.
+struct JobListRequest {};
+
+/// JOB_STDIN. Payload: u64 job, then the bytes (raw, the rest of the payload).
+struct JobStdin {
+    uint64_t job = 0;
+    std::string data;
+};
+
+/// JOB_SIGNAL. Payload: u64 job, i32 signal (1..64).
+struct JobSignal {
+    uint64_t job = 0;
+    int32_t signal = 0;
+};
+
+/// JOB_ATTACH. Payload: u64 job, u64 stdout_from, u64 stderr_from, u8 follow.
+struct JobAttach {
+    uint64_t job = 0;
+    uint64_t stdout_from = 0;  ///< the first stdout offset wanted (0: from the start)
+    uint64_t stderr_from = 0;
+    bool follow = false;  ///< then the live output, and EXIT when the job ends
+};
+
+/// A job output stream.
+enum class JobStream : uint8_t { kStdout = 1, kStderr = 2 };
+
+/// JOB_OUTPUT. Payload: u8 stream, u64 offset, then the bytes (raw, the rest).
+struct JobOutput {
+    JobStream stream = JobStream::kStdout;
+    uint64_t offset = 0;  ///< of the first byte: how many the stream produced before it
+    std::string data;
+};
+
+/// One background job as JOB_LIST_REPLY shows it.
+struct JobInfo {
+    uint64_t job = 0;
+    std::vector<std::string> argv;  ///< as started (a shell job: its one command line)
+    bool shell = false;
+    int64_t started_unix_ms = 0;    ///< the guest's wall clock at the start, ms since the epoch
+    bool running = false;
+    ExitReport exit;                ///< when not running
+    uint64_t stdout_bytes = 0;      ///< bytes the stream produced (the next offset)
+    uint64_t stderr_bytes = 0;
+    bool stdin_open = false;        ///< JOB_STDIN is taken
+};
+
+/// JOB_LIST_REPLY. Payload: u32 count, then per job: u64 job, strs argv, u8 shell,
+/// i64 started_unix_ms, u8 running, u8 signaled, u8 timed_out, i32 value, u64
+/// stdout_bytes, u64 stderr_bytes, u8 stdin_open.
+using JobList = std::vector<JobInfo>;
+
 /// DIR_ENTRIES. Payload: u32 count, then per entry: str name + the FileInfo layout.
 using DirEntries = std::vector<DirEntry>;
 
@@ -282,6 +377,13 @@ std::string encode(const SessionCloseRequest& m);
 std::string encode(const ShutdownRequest& m);
 std::string encode(const ResyncRequest& m);
 std::string encode(const DoneReport& m);
+std::string encode(const JobRef& m);
+std::string encode(const JobListRequest& m);
+std::string encode(const JobStdin& m);
+std::string encode(const JobSignal& m);
+std::string encode(const JobAttach& m);
+std::string encode(const JobOutput& m);
+std::string encode(const JobList& m);
 
 bool decode(std::string_view payload, Hello& out);
 bool decode(std::string_view payload, HelloReply& out);
@@ -303,5 +405,12 @@ bool decode(std::string_view payload, SessionCloseRequest& out);
 bool decode(std::string_view payload, ShutdownRequest& out);
 bool decode(std::string_view payload, ResyncRequest& out);
 bool decode(std::string_view payload, DoneReport& out);
+bool decode(std::string_view payload, JobRef& out);
+bool decode(std::string_view payload, JobListRequest& out);
+bool decode(std::string_view payload, JobStdin& out);
+bool decode(std::string_view payload, JobSignal& out);
+bool decode(std::string_view payload, JobAttach& out);
+bool decode(std::string_view payload, JobOutput& out);
+bool decode(std::string_view payload, JobList& out);
 
 }  // namespace nanovm::agent::proto
