@@ -63,23 +63,11 @@ bool is_agent_message(MessageType type) {
 }
 
 uint32_t message_first_version(MessageType type) {
-    switch (type) {
-        case MessageType::kResync: return 2;
-        case MessageType::kJobStart:
-        case MessageType::kJobList:
-        case MessageType::kJobAttach:
-        case MessageType::kJobStdin:
-        case MessageType::kJobStdinClose:
-        case MessageType::kJobSignal:
-        case MessageType::kJobWait:
-        case MessageType::kJobForget:
-        case MessageType::kJobStarted:
-        case MessageType::kJobListReply:
-        case MessageType::kJobOutput:
-            return 3;
-        default:
-            return 1;
-    }
+    if (type == MessageType::kResync) return 2;
+    // The background jobs: requests 0x40-0x47, answers 0xb0-0xb2.
+    const auto code = static_cast<uint8_t>(type);
+    if ((code >= 0x40 && code <= 0x47) || (code >= 0xb0 && code <= 0xb2)) return 3;
+    return 1;
 }
 
 const char* message_type_name(MessageType type) {

@@ -259,4 +259,13 @@ double now_seconds() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+std::string errno_of(const std::function<void()>& fn) {
+    try {
+        fn();
+    } catch (const AgentError& e) {
+        return e.errno_name();
+    }
+    return "";
+}
+
 }  // namespace nanovm::agent::testing

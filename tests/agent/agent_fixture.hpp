@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -43,6 +44,9 @@ private:
     std::string dir_;
     std::string socket_path_;
 };
+
+/// The errno name of the AgentError `fn` throws; "" if it throws none.
+std::string errno_of(const std::function<void()>& fn);
 
 /// Writes a whole frame on a raw socket.
 void send_frame(int fd, proto::MessageType type, uint32_t id, std::string_view payload);

@@ -28,14 +28,6 @@ std::string host_file(const std::string& path) {
     return text.str();
 }
 
-std::string error_of(const std::function<void()>& fn) {
-    try {
-        fn();
-    } catch (const AgentError& e) {
-        return e.errno_name();
-    }
-    return "";
-}
 
 }  // namespace
 
@@ -71,12 +63,12 @@ TEST_CASE("write_guest_file makes missing parents and writes whole or not at all
 
     // Without make_parents a missing directory is the agent's ENOENT.
     const std::string elsewhere = agent.dir() + "/missing/x.txt";
-    CHECK(error_of([&] {
+    CHECK(errno_of([&] {
               vm::write_guest_file(client, elsewhere, [](char*, size_t) -> size_t { return 0; },
                                    vm::GuestWriteOptions{0644, false});
           }) == "ENOENT");
     // A parent that is a file cannot be made.
-    CHECK_FALSE(error_of([&] {
+    CHECK_FALSE(errno_of([&] {
                     vm::write_guest_file(client, target + "/under-a-file", [](char*, size_t) -> size_t { return 0; });
                 }).empty());
 
@@ -110,7 +102,7 @@ TEST_CASE("read_guest_file_to_fd streams a guest file into a descriptor", "[agen
     REQUIRE(out);
     CHECK(vm::read_guest_file_to_fd(client, source, out.get()) == 3u << 20);
     CHECK(sha256_file(copy) == sha256_file(source));
-    CHECK(error_of([&] { vm::read_guest_file_to_fd(client, agent.dir() + "/nope", out.get()); }) == "ENOENT");
+    CHECK(errno_of([&] { vm::read_guest_file_to_fd(client, agent.dir() + "/nope", out.get()); }) == "ENOENT");
     // A descriptor that fails is a SysError, and the connection stays usable.
     const Fd read_only(::open(source.c_str(), O_RDONLY | O_CLOEXEC));
     CHECK_THROWS_AS(vm::read_guest_file_to_fd(client, source, read_only.get()), SysError);

@@ -23,15 +23,6 @@ using proto::MessageType;
 
 namespace {
 
-std::string error_of(const std::function<void()>& fn) {
-    try {
-        fn();
-    } catch (const AgentError& e) {
-        return e.errno_name();
-    }
-    return "";
-}
-
 int64_t unix_ms() {
     timespec ts{};
     ::clock_gettime(CLOCK_REALTIME, &ts);
@@ -111,13 +102,13 @@ TEST_CASE("job stdin, signals, wait from another connection, forget", "[agent][j
     client.job_stdin(job, "hello ");
     client.job_stdin(job, std::string(600 * 1024, 'z'));  // more than one frame
     client.job_close_stdin(job);
-    CHECK(error_of([&] { client.job_stdin(job, "late"); }) == "EPIPE");
+    CHECK(errno_of([&] { client.job_stdin(job, "late"); }) == "EPIPE");
     CHECK(client.wait_job(job).success());
     const ExecResult out = client.wait(client.attach_job(job, 0, 0, false));
     CHECK(out.stdout_data == "hello " + std::string(600 * 1024, 'z'));
 
     const uint64_t sleeper = client.start_job(Command::program({"sleep", "100"}));
-    CHECK(error_of([&] { client.forget_job(sleeper); }) == "EBUSY");
+    CHECK(errno_of([&] { client.forget_job(sleeper); }) == "EBUSY");
     // Another connection waits; this one signals.
     std::thread waiter([&] {
         AgentClient other = agent.connect();
@@ -128,11 +119,11 @@ TEST_CASE("job stdin, signals, wait from another connection, forget", "[agent][j
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     client.job_signal(sleeper, SIGTERM);
     waiter.join();
-    CHECK(error_of([&] { client.job_signal(sleeper, SIGTERM); }) == "ESRCH");
+    CHECK(errno_of([&] { client.job_signal(sleeper, SIGTERM); }) == "ESRCH");
     client.forget_job(sleeper);
-    CHECK(error_of([&] { client.wait_job(sleeper); }) == "ENOENT");
-    CHECK(error_of([&] { client.forget_job(sleeper); }) == "ENOENT");
-    CHECK(error_of([&] { client.wait(client.attach_job(sleeper, 0, 0, true)); }) == "ENOENT");
+    CHECK(errno_of([&] { client.wait_job(sleeper); }) == "ENOENT");
+    CHECK(errno_of([&] { client.forget_job(sleeper); }) == "ENOENT");
+    CHECK(errno_of([&] { client.wait(client.attach_job(sleeper, 0, 0, true)); }) == "ENOENT");
     for (const JobInfo& j : client.list_jobs()) CHECK(j.id != sleeper);
 }
 
@@ -167,7 +158,7 @@ TEST_CASE("a follower gets live output as it comes; cancel detaches without stop
         client.attach_job(job, 0, 0, true, [&](JobStream, uint64_t, std::string_view d) { live.append(d); });
     while (live.size() < 15) client.poll(std::chrono::milliseconds(100));
     client.cancel(attach);
-    CHECK(error_of([&] { client.wait(attach); }) == "ECANCELED");
+    CHECK(errno_of([&] { client.wait(attach); }) == "ECANCELED");
     CHECK(find(client, job).running);
     client.job_signal(job, SIGKILL);
     const ExitStatus end = client.wait_job(job);
@@ -188,15 +179,15 @@ TEST_CASE("a job's timeout kills it in the agent", "[agent][jobs]") {
 TEST_CASE("jobs: a bad program is refused at start; the oldest ended job makes room", "[agent][jobs]") {
     AgentProcess agent;
     AgentClient client = agent.connect();
-    CHECK(error_of([&] { client.start_job(Command::program({"/no/such/program"})); }) == "ENOENT");
+    CHECK(errno_of([&] { client.start_job(Command::program({"/no/such/program"})); }) == "ENOENT");
     const uint64_t first = client.start_job(Command::program({"true"}));
     client.wait_job(first);
     std::vector<uint64_t> sleepers;
     for (size_t i = 1; i < proto::kMaxJobs; ++i) sleepers.push_back(client.start_job(Command::program({"sleep", "30"})));
     CHECK(client.list_jobs().size() == proto::kMaxJobs);
     const uint64_t one_more = client.start_job(Command::program({"sleep", "30"}));  // drops `first`
-    CHECK(error_of([&] { client.wait_job(first); }) == "ENOENT");
-    CHECK(error_of([&] { client.start_job(Command::program({"true"})); }) == "EAGAIN");  // all run
+    CHECK(errno_of([&] { client.wait_job(first); }) == "ENOENT");
+    CHECK(errno_of([&] { client.start_job(Command::program({"true"})); }) == "EAGAIN");  // all run
     sleepers.push_back(one_more);
     for (const uint64_t s : sleepers) client.job_signal(s, SIGKILL);
     for (const uint64_t s : sleepers) client.wait_job(s);

@@ -244,6 +244,11 @@ TEST_CASE("RESYNC is a client message of protocol version 2", "[agent][protocol]
     CHECK(message_first_version(MessageType::kResync) == 2);
     CHECK(message_first_version(MessageType::kExec) == 1);
     CHECK(message_first_version(MessageType::kShutdown) == 1);
+    CHECK(message_first_version(MessageType::kSessionClose) == 1);
+    for (const MessageType t : {MessageType::kJobStart, MessageType::kJobForget, MessageType::kJobStarted,
+                                MessageType::kJobOutput})
+        CHECK(message_first_version(t) == 3);
+    CHECK(message_first_version(MessageType::kStatReply) == 1);
     CHECK(kMinProtocolVersion <= kProtocolVersion);
     CHECK(message_first_version(MessageType::kResync) <= kProtocolVersion);
 }
