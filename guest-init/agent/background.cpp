@@ -2,7 +2,6 @@
 #include "guest-init/agent/background.hpp"
 
 #include <signal.h>
-#include <sys/wait.h>
 #include <time.h>
 
 #include <algorithm>
@@ -170,13 +169,7 @@ void BackgroundJob::on_exit(int status) {
         }
         pipe->close();
     }
-    if (WIFSIGNALED(status)) {
-        exit_.signaled = true;
-        exit_.value = WTERMSIG(status);
-    } else {
-        exit_.value = WEXITSTATUS(status);
-    }
-    exit_.timed_out = timed_out_;
+    exit_ = exit_report(status, timed_out_);
     ended_ = true;
     notify();
 }

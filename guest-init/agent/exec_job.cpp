@@ -33,6 +33,18 @@ bool spawn_exec_request(const AgentContext& context, const proto::ExecRequest& r
     return spawn_process(spec, process, failure);
 }
 
+proto::ExitReport exit_report(int wait_status, bool timed_out) {
+    proto::ExitReport exit;
+    if (WIFSIGNALED(wait_status)) {
+        exit.signaled = true;
+        exit.value = WTERMSIG(wait_status);
+    } else {
+        exit.value = WEXITSTATUS(wait_status);
+    }
+    exit.timed_out = timed_out;
+    return exit;
+}
+
 void ExecJob::start(Connection& connection, uint32_t id, const proto::ExecRequest& request) {
     SpawnedProcess process;
     Failure failure;
@@ -132,16 +144,8 @@ void ExecJob::drain_after_exit() {
         // command's to report.
         pipe->close();
     }
-    proto::ExitReport exit;
-    if (WIFSIGNALED(status_)) {
-        exit.signaled = true;
-        exit.value = WTERMSIG(status_);
-    } else {
-        exit.value = WEXITSTATUS(status_);
-    }
-    exit.timed_out = timed_out_;
     finished_ = true;
-    connection().send(MessageType::kExit, id(), proto::encode(exit));
+    connection().send(MessageType::kExit, id(), proto::encode(exit_report(status_, timed_out_)));
     connection().finish(id());
 }
 

@@ -29,6 +29,9 @@ namespace nanovm::agent {
 bool spawn_exec_request(const AgentContext& context, const proto::ExecRequest& request, SpawnedProcess& process,
                         Failure& failure);
 
+/// EXIT's report of a waitpid status (exit code, or the signal that killed it).
+proto::ExitReport exit_report(int wait_status, bool timed_out);
+
 /// A running command.
 class ExecJob final : public Job {
 public:
