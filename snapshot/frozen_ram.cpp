@@ -1,10 +1,17 @@
 #include "snapshot/frozen_ram.hpp"
 
 #include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include "vmm/error.hpp"
 
 namespace nanovm::snapshot {
+
+namespace {
+constexpr int kSealAttempts = 40;  // 25 ms apart: ~1 s
+}  // namespace
 
 FrozenRam::~FrozenRam() {
     retired.release();
@@ -66,8 +73,16 @@ void seal_layer(const std::vector<Fd>& memfds) {
     for (const Fd& fd : memfds) {
         const int seals = ::fcntl(fd.get(), F_GET_SEALS);
         if (seals >= 0 && (seals & F_SEAL_SEAL)) continue;  // sealed already
-        if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
-            throw_errno("fcntl(F_ADD_SEALS) on a frozen layer");
+        // F_SEAL_WRITE fails with EBUSY while a page of the memfd holds a reference
+        // beyond its mappings (a vCPU thread inside a fault on it, a uffd copy in
+        // flight): the kernel waits ~75 ms for such pins (mm/memfd.c,
+        // memfd_wait_for_pins), which a loaded host can outlast. Pins on a frozen
+        // layer are transient (no writer is left), so try again for up to ~1 s.
+        for (int attempt = 0;; ++attempt) {
+            if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0) break;
+            if (errno != EBUSY || attempt == kSealAttempts - 1) throw_errno("fcntl(F_ADD_SEALS) on a frozen layer");
+            ::usleep(25'000);
+        }
     }
 }
 

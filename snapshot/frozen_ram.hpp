@@ -67,7 +67,8 @@ uint64_t write_frozen_ram(FrozenRam& ram, LayerBuilder& builder);
 
 /// Seals each memfd of a frozen layer (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW |
 /// F_SEAL_SEAL; memfd_create(2)): from then on nobody can change it. Needs no
-/// writable shared mapping left. Sealed ones are skipped. Throws SysError(F_ADD_SEALS).
+/// writable shared mapping left; a transient page pin (EBUSY) is waited out for up
+/// to ~1 s. Sealed ones are skipped. Throws SysError(F_ADD_SEALS).
 void seal_layer(const std::vector<Fd>& memfds);
 
 }  // namespace nanovm::snapshot
