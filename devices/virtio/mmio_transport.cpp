@@ -279,7 +279,18 @@ void MmioTransport::write_status(uint32_t value) {
                                  value));
         return;
     }
-    uint32_t added = value & ~old;
+    // Only the driver's own bits (§2.1): DEVICE_NEEDS_RESET is the device's to set, and
+    // unknown bits would make the transport's saved state unrestorable (load_state
+    // refuses them) and could pass for a device failure.
+    constexpr uint32_t kDriverBits =
+        status::kAcknowledge | status::kDriver | status::kFeaturesOk | status::kDriverOk | status::kFailed;
+    if (value & ~kDriverBits & ~old) {
+        uint64_t suppressed = 0;
+        if (log_limit_.allow(suppressed))
+            log_line(fmt::format("{}: status bits {:#x} are not the driver's to set; ignored", device_.name(),
+                                 value & ~kDriverBits & ~old));
+    }
+    uint32_t added = value & ~old & kDriverBits;
     if (added & status::kFeaturesOk) {
         const bool subset = (driver_features_ & ~offered_) == 0;
         const bool modern = (driver_features_ & feature::kVersion1) != 0;

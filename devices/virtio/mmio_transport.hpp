@@ -61,6 +61,13 @@ public:
 
     /// Device status as the driver sees it (Status register).
     uint32_t status() const noexcept { return status_.load(); }
+    /// Whether the device is activated: from DRIVER_OK until the reset, failed since
+    /// or not (a device that failed before DRIVER_OK is never activated). While it
+    /// is, queue layout and readiness are fixed. Any thread.
+    bool activated() const {
+        std::lock_guard lock(mutex_);
+        return active_ != nullptr;
+    }
     /// Copies of the register state and the queues' state (for snapshots and tests).
     MmioTransportState state() const;
     std::vector<QueueState> queue_states() const;

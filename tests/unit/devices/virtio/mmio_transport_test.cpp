@@ -264,6 +264,24 @@ TEST_CASE("virtio-mmio: a device in NEEDS_RESET keeps its queue layout and readi
     CHECK(b.transport.queue_states()[0].size == 4);
 }
 
+TEST_CASE("virtio-mmio: Status takes only the driver's bits: not DEVICE_NEEDS_RESET, not unknown ones",
+          "[virtio][mmio][snapshot]") {
+    // Found by fuzz/vsock_device: a driver wrote 0x41070fff over a live device's
+    // status; the device looked failed while it worked, and the saved transport state
+    // had bits load_state refuses (a snapshot of that VM could not be restored).
+    EventLoop loop;
+    TransportBench b(loop);
+    REQUIRE(b.driver.bring_up());
+    const uint32_t st = kAckDriver | status::kFeaturesOk | status::kDriverOk;
+    b.driver.set_reg(mmio::kStatus, 0x41070fffu);
+    CHECK(b.driver.reg(mmio::kStatus) == (st | status::kFailed));
+    CHECK((b.transport.status() & status::kDeviceNeedsReset) == 0);
+    b.expect_round_trip({1, 2});
+    TransportBench restored(loop);
+    restored.transport.load_state(b.transport.state(), b.transport.queue_states());
+    CHECK(restored.transport.status() == (st | status::kFailed));
+}
+
 TEST_CASE("virtio-mmio: QueueReady with a bad layout sets DEVICE_NEEDS_RESET and interrupts", "[virtio][mmio]") {
     EventLoop loop;
     TransportBench b(loop);
