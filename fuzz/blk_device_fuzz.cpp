@@ -59,12 +59,6 @@ uint64_t file_size(const std::string& path) {
     return static_cast<uint64_t>(st.st_size);
 }
 
-template <typename T>
-std::vector<uint8_t> bytes_of(const T& value) {
-    const auto* p = reinterpret_cast<const uint8_t*>(&value);
-    return {p, p + sizeof(T)};
-}
-
 void post_request(fuzz::DeviceOps& ops, FuzzInput& in) {
     static constexpr uint32_t kTypes[] = {blk::request_type::kIn,      blk::request_type::kOut,
                                           blk::request_type::kFlush,   blk::request_type::kGetId,
@@ -74,10 +68,10 @@ void post_request(fuzz::DeviceOps& ops, FuzzInput& in) {
     const uint64_t sector = in.u16();
     const uint8_t data = in.u8();
     const bool no_status = in.u8() & 1;
-    std::vector<test::TestBuffer> buffers{test::TestBuffer::in(bytes_of(blk::RequestHeader{type, 0, sector}))};
+    std::vector<test::TestBuffer> buffers{test::TestBuffer::in(fuzz::bytes_of(blk::RequestHeader{type, 0, sector}))};
     if (type == blk::request_type::kDiscard || type == blk::request_type::kWriteZeroes) {
         const blk::DiscardWriteZeroesSegment segment{in.u32(), in.u32(), in.u32()};
-        buffers.push_back(test::TestBuffer::in(bytes_of(segment)));
+        buffers.push_back(test::TestBuffer::in(fuzz::bytes_of(segment)));
     }
     if ((data & 0x7f) != 0x7f) {
         const uint32_t len = ((data & 0x7fu) + 1) * 512;
@@ -93,9 +87,9 @@ void post_request(fuzz::DeviceOps& ops, FuzzInput& in) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    static GuestMemory memory = GuestMemory::create(fuzz::kDeviceRamBytes);
-    static EventLoop loop;
-    fuzz::discard_guest_ram(memory);
+    const fuzz::DeviceRig rig = fuzz::device_rig();
+    GuestMemory& memory = rig.memory;
+    EventLoop& loop = rig.loop;
 
     FuzzInput in(data, size);
     const uint8_t flags = in.u8();

@@ -70,6 +70,26 @@ inline constexpr uint64_t kMaxBufferBytes = 2 * MiB;
 /// Op numbers from which the harness's own host events start (op % 16).
 inline constexpr uint8_t kHostOps = 12;
 
+/// The guest RAM and device thread of a device harness: made once per process,
+/// the RAM zeroed again for each input (4 MiB: cheap).
+struct DeviceRig {
+    GuestMemory& memory;
+    EventLoop& loop;
+};
+inline DeviceRig device_rig() {
+    static GuestMemory memory = GuestMemory::create(kDeviceRamBytes);
+    static EventLoop loop;
+    discard_guest_ram(memory);
+    return {memory, loop};
+}
+
+/// The bytes of a wire struct, for a readable buffer.
+template <typename T>
+std::vector<uint8_t> bytes_of(const T& value) {
+    const auto* p = reinterpret_cast<const uint8_t*>(&value);
+    return {p, p + sizeof(T)};
+}
+
 /// One device on its transport, driven by fuzz ops. Construct per input.
 class DeviceOps {
 public:

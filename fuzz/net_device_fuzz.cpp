@@ -45,9 +45,9 @@ void read_host_frames(int fd) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    static GuestMemory memory = GuestMemory::create(fuzz::kDeviceRamBytes);
-    static EventLoop loop;
-    fuzz::discard_guest_ram(memory);
+    const fuzz::DeviceRig rig = fuzz::device_rig();
+    GuestMemory& memory = rig.memory;
+    EventLoop& loop = rig.loop;
 
     int fds[2];
     fuzz_check(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds) == 0, "socketpair");
@@ -64,7 +64,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             switch (event) {
                 case 0: {
                     const auto frame = input.bytes(input.u16() % 2048);
-                    if (host) [[maybe_unused]] ssize_t n = ::send(host.get(), frame.data(), frame.size(), MSG_DONTWAIT);
+                    if (host) [[maybe_unused]] ssize_t n = ::send(host.get(), frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
                     break;
                 }
                 case 1:

@@ -19,9 +19,9 @@ using nanovm::fuzz::fuzz_check;
 using nanovm::fuzz::FuzzInput;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    static GuestMemory memory = GuestMemory::create(fuzz::kDeviceRamBytes);
-    static EventLoop loop;
-    fuzz::discard_guest_ram(memory);
+    const fuzz::DeviceRig rig = fuzz::device_rig();
+    GuestMemory& memory = rig.memory;
+    EventLoop& loop = rig.loop;
 
     FuzzInput in(data, size);
     RngDevice device;

@@ -53,18 +53,12 @@ void drain(int fd) {
     }
 }
 
-template <typename T>
-std::vector<uint8_t> bytes_of(const T& value) {
-    const auto* p = reinterpret_cast<const uint8_t*>(&value);
-    return {p, p + sizeof(T)};
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    static GuestMemory memory = GuestMemory::create(fuzz::kDeviceRamBytes);
-    static EventLoop loop;
-    fuzz::discard_guest_ram(memory);
+    const fuzz::DeviceRig rig = fuzz::device_rig();
+    GuestMemory& memory = rig.memory;
+    EventLoop& loop = rig.loop;
 
     FuzzInput in(data, size);
     VsockOptions options;
@@ -92,7 +86,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                         if (!fd) break;
                         const std::string line =
                             (port & 0x80) ? "CONNECT x\n" : "CONNECT " + std::to_string(1024 + port % 4) + "\n";
-                        [[maybe_unused]] ssize_t n = ::send(fd.get(), line.data(), line.size(), MSG_DONTWAIT);
+                        [[maybe_unused]] ssize_t n = ::send(fd.get(), line.data(), line.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
                         conns.push_back(std::move(fd));
                         break;
                     }
@@ -143,7 +137,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                         const auto payload = input.bytes(input.u8());
                         h.len = static_cast<uint32_t>(payload.size());
                         const bool split = input.u8() & 1;
-                        std::vector<uint8_t> header = bytes_of(h);
+                        std::vector<uint8_t> header = fuzz::bytes_of(h);
                         std::vector<test::TestBuffer> buffers;
                         if (split) {
                             buffers.push_back(test::TestBuffer::in({header.begin(), header.begin() + 20}));
