@@ -14,6 +14,12 @@ case $section in
 esac
 work=${NANOVM_SCRATCH:?checks.sh runs inside tools/testhost/run}/linux-guest-checks
 mkdir -p "$work"
+testhost_tools=$(cd "$(dirname "$0")/../../tools/testhost" && pwd)
+# The kvm tracepoints in a ring buffer that stops at a nested triple fault
+# (tools/testhost/kvm-trace; kept with the crashed VM's logs). NANOVM_TESTHOST_TRACE=0
+# leaves them off.
+[ "${NANOVM_TESTHOST_TRACE:-1}" = 0 ] || "$testhost_tools/kvm-trace" start 2>/dev/null ||
+  echo "# kvm-trace: the kvm tracepoints could not be enabled"
 
 n=0 failed=0
 ok()     { n=$((n + 1)); echo "ok $n - $*"; }
@@ -133,6 +139,11 @@ fi
 # A failure may be the test host's (an oops, the OOM killer, a segfault): its kernel
 # log's end as diagnostics (linux_guest_suite passes "# dmesg:" lines to stderr).
 [ "$failed" = 0 ] || dmesg 2>/dev/null | tail -n 30 | sed 's/^/# dmesg: /'
+# Nested guests that crashed (a triple fault, a guest panic; not the base section's
+# deliberate panic): "# nested guest crash: NAME: REASON" lines, which
+# tools/testhost/outcome reads; their logs and the kvm trace go to
+# $NANOVM_TESTHOST_KEEP (<cache>/testhost/kept/ on the host).
+[ "$failed" = 0 ] || "$testhost_tools/nested-crashes" --except panic.err --except panic-exec.err "$work"
 # A failure after the test host's own kernel broke (the stack-guard crash and stalls of
 # QEMU TCG's nested SVM, tools/testhost/README.md) says nothing about nanovm: status
 # 125, which linux_guest_suite retries like any other test-host failure.

@@ -131,7 +131,7 @@ for vsock_round in 1 2 3; do
   vsock_try
   grep -q 'the guest crashed' "$dev/vsock.err" || break
   vsock_crashes+=" try $vsock_round: $(grep -m 1 -o 'the guest crashed.*' "$dev/vsock.err");"
-  echo "# vsock: try $vsock_round of 3: $(grep -m 1 -o 'the guest crashed.*' "$dev/vsock.err"); its console:"
+  echo "# nested guest crash retried in place: vsock try $vsock_round of 3: $(grep -m 1 -o 'the guest crashed.*' "$dev/vsock.err"); its console:"
   diag "$dev/vsock.console" 12
 done
 if grep -q '^vsock-host: streams=64 ok=64' "$dev/vsock-host.log" &&

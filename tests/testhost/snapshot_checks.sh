@@ -22,6 +22,7 @@ declare -A dumped
 dump_crash() {
   local id=$1 d=$NANOVM_RUN_DIR/vms/$1
   dumped[$id]=1
+  "$testhost_tools/nested-crashes" "$d"  # "# nested guest crash: ..." (tools/testhost/outcome); keeps its logs
   echo "# crashed VM $id: $(grep -m 1 'ended: crash' "$d/vmm.log")"
   # A kernel warning earlier on (the taint flag W) is often the first sign: its start.
   grep -m 1 -A 14 -e '------------\[ cut here \]' -e 'WARNING: ' "$d/console.log" 2>/dev/null |
