@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include <CLI/CLI.hpp>
@@ -21,6 +22,8 @@
 #include "api/daemon/metrics.hpp"
 #include "api/daemon/router.hpp"
 #include "api/daemon/routes/routes.hpp"
+#include "api/daemon/sandbox/manager.hpp"
+#include "api/daemon/store/store.hpp"
 #include "api/daemon/worker_pool.hpp"
 #include "vmm/error.hpp"
 #include "vmm/fd.hpp"
@@ -53,6 +56,18 @@ Fd lock_state_dir(const std::string& dir) {
         throw_errno("flock " + path);
     }
     return fd;
+}
+
+// 90% of the host's MemTotal, in MiB (the default --max-memory).
+uint64_t default_memory_cap_mb() {
+    std::ifstream meminfo("/proc/meminfo");
+    std::string key;
+    uint64_t kib = 0;
+    while (meminfo >> key >> kib) {
+        if (key == "MemTotal:") return kib / 1024 * 9 / 10;
+        meminfo.ignore(256, '\n');
+    }
+    return 4096;
 }
 
 }  // namespace
@@ -123,11 +138,26 @@ int run_daemon(const DaemonOptions& given) {
         std::string token;
         if (!tcp_host.empty()) token = load_or_make_token(state + "/token");
 
+        store::Store store(state + "/store.db");
+        ManagerOptions manager_options;
+        manager_options.state_dir = state;
+        manager_options.default_timeout_s = options.default_timeout_s;
+        manager_options.max_running = options.max_running;
+        manager_options.max_memory_mb = options.max_memory_mb ? options.max_memory_mb : default_memory_cap_mb();
+        manager_options.max_file_bytes = options.max_file_bytes;
+        SandboxManager manager(manager_options, store);
+        manager.recover_and_watch();
+
         Metrics metrics;
         WorkerPool pool(options.workers, 1024);
         Router router(pool);
-        RouteContext context{router, metrics, options, std::chrono::steady_clock::now(), nullptr, {}};
+        RouteContext context{router, metrics, options, std::chrono::steady_clock::now(), &manager,
+                             [&manager] { return manager.count_by_state(); }};
         add_service_routes(context);
+        add_sandbox_routes(context);
+        add_exec_routes(context);
+        add_file_routes(context);
+        add_snapshot_routes(context);
 
         http::ServerOptions server_options;
         server_options.unix_socket = sock;

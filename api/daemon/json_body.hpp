@@ -26,7 +26,10 @@ public:
     /// `allowed`. Throws ApiError.
     JsonBody(std::string_view body, std::initializer_list<std::string_view> allowed);
 
+    /// The field is there and not null.
     bool has(std::string_view name) const;
+    /// The field is there, null or not.
+    bool present(std::string_view name) const { return value_.contains(name); }
     /// An integer field in [min, max]. A non-integer (1.5, "2", true) is invalid_field.
     std::optional<int64_t> integer(std::string_view name, int64_t min, int64_t max) const;
     std::optional<bool> boolean(std::string_view name) const;

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "api/daemon/api_error.hpp"
+#include "api/daemon/store/sqlite.hpp"
 #include "vmm/log.hpp"
 
 namespace nanovm::daemon {
@@ -87,6 +88,9 @@ http::Response Router::run(const Entry& e, http::Request& request) {
         response = e.handler(request);
     } catch (const ApiError& error) {
         response = error_response(error);
+    } catch (const store::SqliteError& error) {
+        log_line(fmt::format("{} {}: {}", request.method, request.path, error.what()));
+        response = error_response(error.disk_full() ? "disk_full" : "internal", error.what());
     } catch (const std::exception& error) {
         log_line(fmt::format("{} {}: {}", request.method, request.path, error.what()));
         response = error_response("internal", fmt::format("{} {}: {}", request.method, e.spec.pattern, error.what()));

@@ -30,10 +30,11 @@ class UnixHTTPConnection(http.client.HTTPConnection):
 
 
 class Answer:
-    def __init__(self, status, headers, body):
+    def __init__(self, status, headers, body, raw=b""):
         self.status = status
         self.headers = headers
         self.body = body
+        self.raw = raw
 
     def json(self):
         return json.loads(self.body)
@@ -142,7 +143,8 @@ class Daemon:
             conn.request(method, path, body=body, headers=headers)
             r = conn.getresponse()
             data = r.read()
-            return Answer(r.status, dict(r.getheaders()), data.decode(errors="replace") if data is not None else "")
+            data = data or b""
+            return Answer(r.status, dict(r.getheaders()), data.decode(errors="replace"), data)
         finally:
             conn.close()
 

@@ -2,6 +2,7 @@
 // the daemon that includes Beast or Asio.
 #include "api/daemon/http/server.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <condition_variable>
@@ -358,6 +359,9 @@ struct Server::Impl {
                 });
                 return;
             }
+            // Asio makes sockets without close-on-exec: a VMM the daemon starts must
+            // not inherit a client's connection (the launcher forks and execs).
+            ::fcntl(s.native_handle(), F_SETFD, FD_CLOEXEC);
             std::make_shared<Session<Protocol>>(std::move(s), shared, over_tcp)->start();
             accept<Protocol>(acceptor, retry, over_tcp);
         });
@@ -370,6 +374,7 @@ Server::Server(ServerOptions options, Dispatcher dispatcher, Observer observer) 
     try {
         impl_->unix_acceptor.emplace(impl_->ioc);
         impl_->unix_acceptor->open(local());
+        ::fcntl(impl_->unix_acceptor->native_handle(), F_SETFD, FD_CLOEXEC);
         impl_->unix_acceptor->bind(local::endpoint(o.unix_socket));
         if (::chmod(o.unix_socket.c_str(), 0600) != 0) throw_errno("chmod " + o.unix_socket);
         impl_->unix_acceptor->listen(net::socket_base::max_listen_connections);
@@ -381,6 +386,7 @@ Server::Server(ServerOptions options, Dispatcher dispatcher, Observer observer) 
             const tcp::endpoint endpoint(net::ip::make_address(o.tcp_host), o.tcp_port);
             impl_->tcp_acceptor.emplace(impl_->ioc);
             impl_->tcp_acceptor->open(endpoint.protocol());
+            ::fcntl(impl_->tcp_acceptor->native_handle(), F_SETFD, FD_CLOEXEC);
             impl_->tcp_acceptor->set_option(net::socket_base::reuse_address(true));
             impl_->tcp_acceptor->bind(endpoint);
             impl_->tcp_acceptor->listen(net::socket_base::max_listen_connections);

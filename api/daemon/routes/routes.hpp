@@ -31,5 +31,13 @@ struct RouteContext {
 
 /// GET /v1/health, GET /v1/openapi.json, GET /metrics.
 void add_service_routes(RouteContext& context);
+/// /v1/sandboxes and its lifecycle (sandbox_routes.cpp).
+void add_sandbox_routes(RouteContext& context);
+/// POST /v1/sandboxes/{id}/exec (exec_routes.cpp).
+void add_exec_routes(RouteContext& context);
+/// /v1/sandboxes/{id}/files... (file_routes.cpp).
+void add_file_routes(RouteContext& context);
+/// Snapshots (snapshot_routes.cpp).
+void add_snapshot_routes(RouteContext& context);
 
 }  // namespace nanovm::daemon

@@ -1,0 +1,114 @@
+// POST /v1/sandboxes/{id}/exec: a command's whole result, or its output streamed as
+// NDJSON then its exit (routes.hpp).
+#include <fmt/format.h>
+
+#include "api/daemon/api_error.hpp"
+#include "api/daemon/json_body.hpp"
+#include "api/daemon/routes/resource_json.hpp"
+#include "api/daemon/routes/routes.hpp"
+#include "api/daemon/sandbox/manager.hpp"
+
+namespace nanovm::daemon {
+
+namespace {
+
+using nlohmann::json;
+
+// "1000", "1000:1000" or an integer: the uid (and gid).
+void parse_user(const json& v, agent::Command& c) {
+    if (v.is_null()) return;
+    if (v.is_number_integer()) {
+        if (v.get<int64_t>() < 0 || v.get<int64_t>() > 0xfffffffe) throw ApiError("out_of_range", "\"user\" must be a uid from 0 to 4294967294");
+        c.uid = static_cast<uint32_t>(v.get<int64_t>());
+        return;
+    }
+    if (!v.is_string()) throw ApiError("invalid_field", "\"user\" must be a uid (integer) or \"uid:gid\"");
+    const std::string text = v.get<std::string>();
+    const auto number = [&](const std::string& part) -> uint32_t {
+        if (part.empty() || part.size() > 10 || part.find_first_not_of("0123456789") != std::string::npos ||
+            std::stoull(part) > 0xfffffffeULL)
+            throw ApiError("invalid_field", fmt::format("\"user\" \"{}\": want uid or uid:gid (numbers)", text.substr(0, 32)));
+        return static_cast<uint32_t>(std::stoull(part));
+    };
+    const size_t colon = text.find(':');
+    c.uid = number(text.substr(0, colon));
+    if (colon != std::string::npos) c.gid = number(text.substr(colon + 1));
+}
+
+struct ParsedExec {
+    ExecRequest request;
+    bool stream = false;
+};
+
+ParsedExec parse_exec(const std::string& body) {
+    const JsonBody b(body, {"cmd", "argv", "env", "cwd", "user", "stdin", "timeout_s", "stream"});
+    ParsedExec p;
+    agent::Command& c = p.request.command;
+    const auto cmd = b.string("cmd", 128 * 1024);
+    const auto argv = b.strings("argv", 4096, 128 * 1024);
+    if (cmd.has_value() == argv.has_value()) throw ApiError("invalid_field", "give \"cmd\" (a shell line) or \"argv\", one of them");
+    if (cmd) {
+        if (cmd->empty()) throw ApiError("invalid_field", "\"cmd\" is empty");
+        c.shell = *cmd;
+    } else {
+        if (argv->empty() || argv->front().empty()) throw ApiError("invalid_field", "\"argv\" needs a program");
+        c.argv = *argv;
+    }
+    if (auto env = b.labels("env")) {
+        for (const auto& [k, v] : *env) c.env.push_back(k + "=" + v);
+    }
+    if (auto cwd = b.string("cwd")) {
+        check_guest_path(*cwd);
+        c.cwd = *cwd;
+    }
+    parse_user(b.raw("user"), c);
+    if (auto in = b.string("stdin", 16u << 20)) c.stdin_data = *in;
+    if (auto t = b.integer("timeout_s", 0, 86400)) c.timeout = std::chrono::seconds(*t);
+    p.stream = b.boolean("stream").value_or(false);
+    return p;
+}
+
+}  // namespace
+
+void add_exec_routes(RouteContext& c) {
+    SandboxManager& m = *c.manager;
+    c.router.add(
+        RouteSpec{.method = "POST",
+                  .pattern = "/v1/sandboxes/{id}/exec",
+                  .summary = "Run a command (a shell line or an argv): its whole result, or with stream: true its output "
+                             "as NDJSON lines then an exit line; timeout_s kills it in the guest",
+                  .errors = {"sandbox_not_found", "bad_json", "invalid_field", "unknown_field", "out_of_range",
+                             "invalid_path", "sandbox_paused", "wrong_state", "vm_error"},
+                  .body_limit = 20u << 20,
+                  .request_schema = "Exec",
+                  .response_schema = "ExecResult"},
+        [&m](http::Request& req) {
+            ParsedExec parsed = parse_exec(req.body);
+            const std::string id = req.params["id"];
+            if (!parsed.stream) return json_response(200, exec_result_json(m.exec(id, parsed.request)));
+            // Refusals (404, 409) answer before the stream starts.
+            m.get_usable(id);
+            http::Response r;
+            r.content_type = "application/x-ndjson";
+            r.stream = [&m, id, request = std::move(parsed.request)](http::StreamSink& sink) {
+                const auto line = [&sink](const json& j) {
+                    return sink.write(j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
+                };
+                ExecSinks sinks{[&](std::string_view d) { return line(json{{"type", "stdout"}, {"data", d}}); },
+                                [&](std::string_view d) { return line(json{{"type", "stderr"}, {"data", d}}); }};
+                try {
+                    const ExecOutcome out = m.exec(id, request, &sinks);
+                    json exit = exec_result_json(out);
+                    exit.erase("stdout");
+                    if (out.start_error.empty()) exit.erase("stderr");
+                    exit["type"] = "exit";
+                    line(exit);
+                } catch (const ApiError& e) {
+                    line(json{{"type", "error"}, {"error", {{"code", e.code()}, {"message", e.what()}}}});
+                }
+            };
+            return r;
+        });
+}
+
+}  // namespace nanovm::daemon

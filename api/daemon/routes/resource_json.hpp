@@ -1,0 +1,38 @@
+// The JSON answers for sandboxes, snapshots, files and execs (the OpenAPI
+// document's Sandbox, Snapshot, FileInfo, ExecResult schemas), and the query and
+// guest-path checks the resource routes share.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "api/agent_client/agent_client.hpp"
+#include "api/daemon/http/message.hpp"
+#include "api/daemon/sandbox/manager.hpp"
+#include "api/daemon/store/store.hpp"
+
+namespace nanovm::daemon {
+
+/// RFC 3339 UTC with milliseconds ("2026-12-01T16:41:19.123Z").
+std::string rfc3339(int64_t unix_ms);
+
+nlohmann::json sandbox_json(const store::SandboxRecord& r);
+nlohmann::json snapshot_json(SandboxManager& manager, const store::SnapshotRecord& s);
+nlohmann::json file_info_json(const std::string& path, const std::string& name, const agent::proto::FileInfo& info);
+nlohmann::json exec_result_json(const ExecOutcome& outcome);
+
+/// The guest path in query parameter `name`: absolute, no NUL, no `..` component, at
+/// most 4096 bytes. Throws ApiError invalid_field (missing) or invalid_path.
+std::string guest_path(const http::Request& request, const std::string& name = "path");
+/// Checks a guest path from a body the same way. Throws ApiError invalid_path.
+void check_guest_path(const std::string& path);
+
+/// An integer query parameter in [min, max] (nullopt if absent). Throws ApiError.
+std::optional<int64_t> query_integer(const http::Request& request, const std::string& name, int64_t min, int64_t max);
+/// A boolean query parameter ("true"/"false"/"1"/"0"). Throws ApiError.
+std::optional<bool> query_bool(const http::Request& request, const std::string& name);
+
+}  // namespace nanovm::daemon

@@ -1,0 +1,384 @@
+// The sandbox manager: sandboxes' lifecycle, caps, recovery and the watcher
+// (manager.hpp). Commands and files: manager_guest.cpp; snapshots and forks:
+// manager_snapshots.cpp.
+#include "api/daemon/sandbox/manager.hpp"
+
+#include <sys/random.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "api/daemon/api_error.hpp"
+#include "api/daemon/sandbox/vm_driver.hpp"
+#include "api/daemon/store/file_refs.hpp"
+#include "api/vm/state_dir.hpp"
+#include "snapshot/manifest.hpp"
+#include "vmm/error.hpp"
+#include "vmm/log.hpp"
+
+namespace nanovm::daemon {
+
+namespace fs = std::filesystem;
+using store::SandboxRecord;
+using store::SnapshotRecord;
+
+std::string new_uuid() {
+    unsigned char b[16];
+    size_t got = 0;
+    while (got < sizeof(b)) {
+        const ssize_t n = ::getrandom(b + got, sizeof(b) - got, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) throw_errno("getrandom");
+        got += static_cast<size_t>(n);
+    }
+    b[6] = static_cast<unsigned char>((b[6] & 0x0f) | 0x40);  // version 4
+    b[8] = static_cast<unsigned char>((b[8] & 0x3f) | 0x80);  // RFC 4122 variant
+    std::string out;
+    for (int i = 0; i < 16; ++i) {
+        if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+        out += fmt::format("{:02x}", b[i]);
+    }
+    return out;
+}
+
+bool is_uuid(std::string_view text) {
+    if (text.size() != 36) return false;
+    for (size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
+        if (i == 8 || i == 13 || i == 18 || i == 23) {
+            if (c != '-') return false;
+        } else if (!std::isxdigit(static_cast<unsigned char>(c))) {
+            return false;
+        }
+    }
+    return true;
+}
+
+namespace {
+
+std::string lower(std::string_view text) {
+    std::string out(text);
+    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+}
+
+}  // namespace
+
+SandboxManager::SandboxManager(ManagerOptions options, store::Store& store)
+    : options_(std::move(options)), store_(store) {}
+
+SandboxManager::~SandboxManager() {
+    stopping_ = true;
+    watch_wake_.notify_all();
+    if (watcher_.joinable()) watcher_.join();
+}
+
+std::shared_ptr<SandboxManager::Slot> SandboxManager::slot(const std::string& id) {
+    std::lock_guard lock(mutex_);
+    auto& s = slots_[id];
+    if (!s) s = std::make_shared<Slot>();
+    return s;
+}
+
+SandboxRecord SandboxManager::must_get(const std::string& id) {
+    if (!is_uuid(id)) throw ApiError("sandbox_not_found", fmt::format("no sandbox {} (ids are UUIDs)", id.substr(0, 64)));
+    auto r = store_.sandbox(lower(id));
+    if (!r) throw ApiError("sandbox_not_found", fmt::format("no sandbox {}", id));
+    return *r;
+}
+
+SandboxState SandboxManager::state_of(const SandboxRecord& r) const {
+    return parse_state(r.state).value_or(SandboxState::error);
+}
+
+void SandboxManager::set_state(SandboxRecord& r, SandboxState state, const std::string& error) {
+    r.state = std::string(to_string(state));
+    r.error = error;
+    r.updated_ms = store::now_ms();
+    store_.put_sandbox(r);
+}
+
+SandboxRecord SandboxManager::new_record(const CreateRequest& request) const {
+    SandboxRecord r;
+    r.id = new_uuid();
+    r.state = std::string(to_string(SandboxState::creating));
+    r.cpus = request.cpus.value_or(2);
+    r.memory_mb = request.memory_mb.value_or(1024);
+    r.disable_internet = request.disable_internet;
+    r.labels = request.labels;
+    r.created_ms = r.updated_ms = store::now_ms();
+    const int64_t timeout = request.timeout_s ? *request.timeout_s : options_.default_timeout_s;
+    if (timeout > 0) {
+        r.timeout_s = timeout;
+        r.end_at_ms = r.created_ms + timeout * 1000;
+    }
+    return r;
+}
+
+void SandboxManager::reserve(const std::vector<SandboxRecord>& records) {
+    std::lock_guard lock(mutex_);
+    int64_t count = 0, memory = 0;
+    for (const SandboxRecord& r : store_.all_sandboxes()) {
+        if (!holds_resources(state_of(r))) continue;
+        ++count;
+        memory += r.memory_mb;
+    }
+    int64_t want_memory = 0;
+    for (const SandboxRecord& r : records) want_memory += r.memory_mb;
+    const auto n = static_cast<int64_t>(records.size());
+    if (count + n > options_.max_running)
+        throw ApiError("over_capacity", fmt::format("{} sandboxes hold a VM and the daemon takes at most {} "
+                                                    "(--max-sandboxes): delete one first",
+                                                    count, options_.max_running));
+    if (memory + want_memory > static_cast<int64_t>(options_.max_memory_mb))
+        throw ApiError("over_capacity", fmt::format("{} MiB of guest memory is committed and {} more would pass the cap "
+                                                    "of {} MiB (--max-memory)",
+                                                    memory, want_memory, options_.max_memory_mb));
+    for (const SandboxRecord& r : records) store_.put_sandbox(r);
+}
+
+SandboxRecord SandboxManager::launch(SandboxRecord record, const std::string& restore_dir,
+                                     const std::string& fork_memory, const std::string& fork_delta) {
+    const auto s = slot(record.id);
+    std::lock_guard op(s->op);
+    vm::SandboxSpec spec;
+    spec.cpus = static_cast<uint32_t>(record.cpus);
+    spec.memory_mib = static_cast<uint32_t>(record.memory_mb);
+    if (restore_dir.empty()) {
+        spec.image = vmdriver::image_path(record.image);
+    } else {
+        spec.restore_dir = restore_dir;
+        spec.fork_memory = fork_memory;
+        spec.fork_delta = fork_delta;
+    }
+    vmdriver::Started started;
+    try {
+        started = vmdriver::start(spec);
+    } catch (...) {
+        store_.delete_sandbox(record.id);
+        throw;
+    }
+    record.vm_id = started.vm_id;
+    set_state(record, SandboxState::running);
+    store::track_dir(store_, started.dir, "vm", record.id);
+    return record;
+}
+
+SandboxRecord SandboxManager::create(const CreateRequest& request) {
+    if (!request.snapshot_id.empty()) return restore(request.snapshot_id, request);
+    SandboxRecord r = new_record(request);
+    r.image = request.image;
+    (void)vmdriver::image_path(r.image);  // an unknown name stops here
+    reserve({r});
+    return launch(std::move(r), "");
+}
+
+SandboxRecord SandboxManager::get(const std::string& id) { return must_get(id); }
+
+std::vector<SandboxRecord> SandboxManager::list(const store::SandboxFilter& filter) { return store_.sandboxes(filter); }
+
+std::map<std::string, int64_t> SandboxManager::count_by_state() { return store_.count_by_state(); }
+
+SandboxRecord SandboxManager::patch(const std::string& id, const PatchRequest& request) {
+    const auto s = slot(must_get(id).id);
+    std::lock_guard op(s->op);
+    SandboxRecord r = must_get(id);
+    require_allowed(SandboxOp::patch, state_of(r));
+    if (request.labels) r.labels = *request.labels;
+    if (request.set_timeout) {
+        r.timeout_s = request.timeout_s;
+        r.end_at_ms = request.timeout_s ? std::optional<int64_t>(store::now_ms() + *request.timeout_s * 1000) : std::nullopt;
+    }
+    r.updated_ms = store::now_ms();
+    store_.put_sandbox(r);
+    watch_wake_.notify_all();
+    return r;
+}
+
+void SandboxManager::remove(const std::string& id) {
+    const auto s = slot(must_get(id).id);
+    {
+        std::lock_guard op(s->op);
+        SandboxRecord r = must_get(id);
+        require_allowed(SandboxOp::remove, state_of(r));
+        set_state(r, SandboxState::deleting, r.error);
+        if (!r.vm_id.empty() && !vmdriver::stop(r.vm_id))
+            log_line(fmt::format("sandbox {}: its VMM ({}) did not stop", r.id, r.vm_id));
+        if (!r.vm_id.empty()) {
+            if (const pid_t pid = vmdriver::pid(r.vm_id); pid > 0) ::waitpid(pid, nullptr, WNOHANG);
+        }
+        store_.delete_sandbox(r.id);
+        if (!r.vm_id.empty()) release(vmdriver::paths(r.vm_id).dir);
+    }
+    std::lock_guard lock(mutex_);
+    slots_.erase(lower(id));
+}
+
+SandboxRecord SandboxManager::pause(const std::string& id) {
+    const auto s = slot(must_get(id).id);
+    std::lock_guard op(s->op);
+    SandboxRecord r = must_get(id);
+    const SandboxState st = state_of(r);
+    require_allowed(SandboxOp::pause, st);
+    if (st == SandboxState::running) vmdriver::control(r.vm_id, "pause");
+    if (st != SandboxState::paused) set_state(r, *transition(SandboxOp::pause).to);
+    return r;
+}
+
+SandboxRecord SandboxManager::resume(const std::string& id) {
+    const auto s = slot(must_get(id).id);
+    std::lock_guard op(s->op);
+    SandboxRecord r = must_get(id);
+    const SandboxState st = state_of(r);
+    require_allowed(SandboxOp::resume, st);
+    if (st != SandboxState::running) {
+        vmdriver::control(r.vm_id, "resume");
+        set_state(r, *transition(SandboxOp::resume).to);
+    }
+    return r;
+}
+
+void SandboxManager::release(const std::string& dir) {
+    for (const std::string& removed : store::release_and_collect(store_, dir)) {
+        std::lock_guard lock(mutex_);
+        fork_holds_.erase(removed);
+    }
+}
+
+void SandboxManager::hold_fork_base(const std::string& dir) {
+    // The VM layer removes fork bases nobody holds (clean_unused_fork_bases at every
+    // VM start): the daemon holds every one its store still needs.
+    try {
+        Fd hold = vm::hold_fork_base(dir + "/snapshot");
+        std::lock_guard lock(mutex_);
+        if (hold) fork_holds_[dir] = std::move(hold);
+    } catch (const std::exception& e) {
+        log_line(fmt::format("fork base {}: {}", dir, e.what()));
+    }
+}
+
+void SandboxManager::recover_and_watch() {
+    for (const std::string& dir : store::finish_removals(store_)) log_line("removed " + dir + " (a removal cut short)");
+    for (const store::DirRecord& d : store_.dirs())
+        if (d.kind == "fork" && !d.removing) hold_fork_base(d.path);
+    std::set<std::string> known_vms;
+    for (SandboxRecord r : store_.all_sandboxes()) {
+        const SandboxState st = state_of(r);
+        if (st == SandboxState::creating && r.vm_id.empty()) {
+            // The create never answered: undone.
+            store_.delete_sandbox(r.id);
+            continue;
+        }
+        if (st == SandboxState::deleting) {
+            if (!r.vm_id.empty()) vmdriver::stop(r.vm_id);
+            store_.delete_sandbox(r.id);
+            if (!r.vm_id.empty()) release(vmdriver::paths(r.vm_id).dir);
+            continue;
+        }
+        if (!r.vm_id.empty()) known_vms.insert(r.vm_id);
+        if (!holds_resources(st)) continue;
+        if (!vmdriver::alive(r.vm_id)) {
+            const std::string tail = vmdriver::log_tail(r.vm_id);
+            set_state(r, SandboxState::error,
+                      "its VMM ended while the daemon was away" + (tail.empty() ? std::string() : ": " + tail));
+            continue;
+        }
+        try {
+            const nlohmann::json status = vmdriver::control(r.vm_id, "status", nullptr, std::chrono::seconds(5));
+            const std::string vmm_state = status.value("state", "");
+            if (vmm_state == "running" && st != SandboxState::running) set_state(r, SandboxState::running);
+            if (vmm_state == "paused" && st == SandboxState::running) set_state(r, SandboxState::paused);
+            log_line(fmt::format("sandbox {}: adopted its running VMM {} ({})", r.id, r.vm_id, vmm_state));
+        } catch (const ApiError& e) {
+            set_state(r, SandboxState::error, e.what());
+        }
+    }
+    // VMMs no record names (a create cut short): stopped, their directories removed.
+    for (const vm::VmPaths& p : vm::list_vm_dirs()) {
+        if (known_vms.count(p.id)) continue;
+        if (vmdriver::alive(p.id)) {
+            log_line(fmt::format("stopping VMM {}: no sandbox names it (a create cut short)", p.id));
+            vmdriver::stop(p.id);
+        }
+        vm::remove_if_dead(p);
+    }
+    // Snapshots whose taking was cut short: kept if complete, else undone.
+    for (SnapshotRecord s : store_.snapshots("", "", INT64_MAX)) {
+        if (s.state != "saving") continue;
+        if (snapshot::is_durable(s.dir)) {
+            s.state = "ready";
+            s.durable = true;
+            store_.put_snapshot(s);
+            store_.add_refs(s.dir, store::external_files(s.dir));
+        } else {
+            store_.delete_snapshot(s.id);
+            release(s.dir);
+        }
+    }
+    watcher_ = std::thread([this] { watch(); });
+}
+
+void SandboxManager::watch() {
+    while (!stopping_) {
+        try {
+            check_sandboxes();
+            check_snapshots();
+        } catch (const std::exception& e) {
+            log_line(fmt::format("watcher: {}", e.what()));
+        }
+        std::unique_lock lock(watch_mutex_);
+        watch_wake_.wait_for(lock, std::chrono::milliseconds(500), [this] { return stopping_.load(); });
+    }
+}
+
+void SandboxManager::check_sandboxes() {
+    const int64_t now = store::now_ms();
+    for (SandboxRecord r : store_.all_sandboxes()) {
+        if (stopping_) return;
+        const SandboxState st = state_of(r);
+        if (r.end_at_ms && now >= *r.end_at_ms && st != SandboxState::deleting && st != SandboxState::creating) {
+            log_line(fmt::format("sandbox {}: its timeout passed: deleting it", r.id));
+            try {
+                remove(r.id);
+            } catch (const std::exception& e) {
+                log_line(fmt::format("sandbox {}: deleting at its timeout: {}", r.id, e.what()));
+            }
+            continue;
+        }
+        if (st == SandboxState::creating || !allowed(SandboxOp::vmm_died, st) || vmdriver::alive(r.vm_id)) continue;
+        const auto s = slot(r.id);
+        std::unique_lock op(s->op, std::try_to_lock);
+        if (!op.owns_lock()) continue;  // an operation runs: it will see the VMM gone itself
+        auto again = store_.sandbox(r.id);
+        if (!again || !allowed(SandboxOp::vmm_died, state_of(*again)) || vmdriver::alive(again->vm_id)) continue;
+        if (const pid_t pid = vmdriver::pid(again->vm_id); pid > 0) ::waitpid(pid, nullptr, WNOHANG);
+        const std::string tail = vmdriver::log_tail(again->vm_id);
+        set_state(*again, SandboxState::error, "its VMM exited" + (tail.empty() ? std::string() : ": " + tail));
+        log_line(fmt::format("sandbox {}: {}", again->id, again->error));
+    }
+}
+
+void SandboxManager::check_snapshots() {
+    for (SnapshotRecord s : store_.snapshots("", "", INT64_MAX)) {
+        if (s.state != "ready" || s.durable) continue;
+        if (snapshot::is_durable(s.dir)) {
+            s.durable = true;
+            store_.add_refs(s.dir, store::external_files(s.dir));
+            store_.put_snapshot(s);
+            continue;
+        }
+        const auto owner = store_.sandbox(s.sandbox_id);
+        if (!owner || owner->vm_id.empty() || !vmdriver::alive(owner->vm_id)) {
+            if (snapshot::is_durable(s.dir)) continue;  // finished just now: next round
+            s.state = "error";
+            s.error = "its sandbox's VMM ended before the snapshot was saved";
+            store_.put_snapshot(s);
+        }
+    }
+}
+
+}  // namespace nanovm::daemon

@@ -1,0 +1,200 @@
+// The sandbox manager: the one owner of every sandbox's and snapshot's state. Every
+// operation checks the transition table (transitions.hpp), records through the store
+// (the only thing that persists), and reaches VMMs only through vm_driver.hpp.
+// Requests come in already validated by the routes (typed, in range); what can only
+// be known here (a state, a cap, a guest's answer) throws ApiError.
+//
+// Concurrency: state-changing operations on one sandbox are serialized by its own
+// lock; execs and file calls run concurrently with each other and take that lock only
+// to wake a sleeping sandbox. A watcher thread notices VMMs that died (state error,
+// the reason from vmm.log), timeouts (end_at) and snapshots that became durable.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "api/agent_client/agent_client.hpp"
+#include "api/daemon/sandbox/transitions.hpp"
+#include "api/daemon/store/store.hpp"
+#include "vmm/fd.hpp"
+
+namespace nanovm::daemon {
+
+/// The manager's limits and places.
+struct ManagerOptions {
+    std::string state_dir;
+    int64_t default_timeout_s = 0;  ///< 0: none
+    uint32_t max_running = 16;      ///< sandboxes holding a VMM (creating, running, paused, sleeping)
+    uint64_t max_memory_mb = 0;     ///< their memory_mb summed
+    uint64_t max_file_bytes = 256u << 20;
+};
+
+/// POST /v1/sandboxes.
+struct CreateRequest {
+    std::string image = "default";  ///< a name (vm_driver image_path)
+    std::string snapshot_id;        ///< set: restore this snapshot instead (its shape)
+    std::optional<uint32_t> cpus;       ///< default 2; with snapshot_id must match the snapshot's
+    std::optional<uint32_t> memory_mb;  ///< default 1024; likewise
+    bool disable_internet = false;
+    std::map<std::string, std::string> labels;
+    std::optional<int64_t> timeout_s;  ///< nullopt: the daemon's default
+};
+
+/// PATCH /v1/sandboxes/{id}: only the fields that are set change.
+struct PatchRequest {
+    bool set_timeout = false;
+    std::optional<int64_t> timeout_s;  ///< with set_timeout: nullopt = no timeout; else end_at = now + it
+    std::optional<std::map<std::string, std::string>> labels;
+};
+
+/// POST /v1/sandboxes/{id}/exec.
+struct ExecRequest {
+    agent::Command command;  ///< argv or shell, env, cwd, uid/gid, stdin, timeout
+};
+
+/// How an exec ended.
+struct ExecOutcome {
+    agent::ExecResult result;
+    double duration_ms = 0;
+    std::string start_error;  ///< the agent could not start it (ENOENT...): exit code 126/127
+};
+
+/// Streamed exec output: each returns false when the client is gone (the command is
+/// then killed).
+struct ExecSinks {
+    std::function<bool(std::string_view)> on_stdout;
+    std::function<bool(std::string_view)> on_stderr;
+};
+
+/// POST /v1/sandboxes/{id}/snapshots.
+struct SnapshotRequest {
+    bool wait_durable = false;
+    bool leave_paused = false;
+};
+
+/// One fork child: a sandbox or why it failed.
+struct ForkChild {
+    std::optional<store::SandboxRecord> sandbox;
+    std::string error_code;
+    std::string error;
+};
+
+/// GET /v1/sandboxes/{id}/metrics: host-side figures only.
+struct SandboxMetrics {
+    std::string state;
+    double cpu_time_ms = 0;     ///< the VMM process's user + system time
+    int64_t vmm_rss_bytes = 0;  ///< the VMM process's resident set
+    int64_t disk_bytes = 0;     ///< bytes allocated by the VM directory's files (disk layers, logs)
+    bool vmm_running = false;
+};
+
+class SandboxManager {
+public:
+    SandboxManager(ManagerOptions options, store::Store& store);
+    ~SandboxManager();  ///< stops the watcher; VMMs keep running
+    SandboxManager(const SandboxManager&) = delete;
+    SandboxManager& operator=(const SandboxManager&) = delete;
+
+    /// At start, before serving: finishes removals and deletes cut short, adopts
+    /// every live VMM of a recorded sandbox, marks the others error (with the reason
+    /// from vmm.log), stops VMMs no record names, then starts the watcher.
+    void recover_and_watch();
+
+    // Sandboxes.
+    store::SandboxRecord create(const CreateRequest& request);
+    store::SandboxRecord get(const std::string& id);
+    std::vector<store::SandboxRecord> list(const store::SandboxFilter& filter);
+    store::SandboxRecord patch(const std::string& id, const PatchRequest& request);
+    void remove(const std::string& id);
+    store::SandboxRecord pause(const std::string& id);
+    store::SandboxRecord resume(const std::string& id);
+    std::map<std::string, int64_t> count_by_state();
+
+    // Commands and files (a sleeping sandbox is woken; a paused one is 409).
+    /// Checks that the sandbox takes commands and file calls now, waking a sleeping
+    /// one. Throws ApiError (sandbox_paused, wrong_state...).
+    void get_usable(const std::string& id) { (void)use(id); }
+    ExecOutcome exec(const std::string& id, const ExecRequest& request, const ExecSinks* sinks = nullptr);
+    agent::proto::FileInfo stat_file(const std::string& id, const std::string& path);
+    /// Streams the file into `sink` (false: stop). Returns the bytes sent.
+    uint64_t read_file(const std::string& id, const std::string& path, const std::function<bool(std::string_view)>& sink);
+    /// Writes the file whole or not at all, making missing parent directories.
+    uint64_t write_file(const std::string& id, const std::string& path, std::string_view data, uint32_t mode);
+    std::vector<agent::proto::DirEntry> list_dir(const std::string& id, const std::string& path);
+    void make_dir(const std::string& id, const std::string& path, bool parents);
+    void remove_path(const std::string& id, const std::string& path, bool recursive);
+
+    // Snapshots.
+    store::SnapshotRecord snapshot(const std::string& sandbox_id, const SnapshotRequest& request);
+    store::SnapshotRecord get_snapshot(const std::string& id);
+    std::vector<store::SnapshotRecord> list_snapshots(const std::string& sandbox_id, const std::string& after,
+                                                      int64_t limit);
+    /// Waits up to `timeout` for the snapshot to be durable; returns it either way
+    /// (the saving goes on after a timeout).
+    store::SnapshotRecord wait_durable(const std::string& id, std::chrono::milliseconds timeout);
+    store::SandboxRecord restore(const std::string& snapshot_id, const CreateRequest& request);
+    void remove_snapshot(const std::string& id);
+    /// Bytes only this snapshot holds (its files no other directory links).
+    int64_t snapshot_size(const store::SnapshotRecord& snapshot);
+
+    /// n children (1-4), each a sandbox or an error.
+    std::vector<ForkChild> fork(const std::string& id, uint32_t n);
+
+    SandboxMetrics metrics(const std::string& id);
+    /// The last `max_bytes` of the sandbox's console ("console") or VMM log ("vmm").
+    std::string log(const std::string& id, const std::string& which, size_t max_bytes);
+
+    const ManagerOptions& options() const { return options_; }
+
+private:
+    struct Slot {
+        std::mutex op;  ///< serializes state changes of one sandbox
+    };
+    std::shared_ptr<Slot> slot(const std::string& id);
+    store::SandboxRecord must_get(const std::string& id);
+    SandboxState state_of(const store::SandboxRecord& r) const;
+    void set_state(store::SandboxRecord& r, SandboxState state, const std::string& error = "");
+    /// Records `records` (state creating) if they fit the caps; 503 over_capacity
+    /// otherwise (nothing recorded).
+    void reserve(const std::vector<store::SandboxRecord>& records);
+    /// A new record in state creating (id, timestamps, timeout from `request`).
+    store::SandboxRecord new_record(const CreateRequest& request) const;
+    /// Starts a VMM for the record (in state creating) and records the outcome.
+    store::SandboxRecord launch(store::SandboxRecord record, const std::string& restore_dir,
+                                const std::string& fork_memory = "", const std::string& fork_delta = "");
+    /// The sandbox ready for an exec or file call (woken if sleeping); its VM id.
+    std::string use(const std::string& id);
+    agent::AgentClient agent_for(const std::string& id);
+    void release(const std::string& dir);
+    void hold_fork_base(const std::string& dir);
+    void watch();
+    void check_sandboxes();
+    void check_snapshots();
+
+    ManagerOptions options_;
+    store::Store& store_;
+    std::mutex mutex_;  ///< slots_, fork_holds_, and the caps' check-and-reserve
+    std::map<std::string, std::shared_ptr<Slot>> slots_;
+    std::map<std::string, Fd> fork_holds_;  ///< fork base dir -> our shared hold on its users.lock
+    std::atomic<bool> stopping_{false};
+    std::mutex watch_mutex_;
+    std::condition_variable watch_wake_;
+    std::thread watcher_;
+};
+
+/// A fresh random UUID (version 4), lowercase.
+std::string new_uuid();
+/// True for a lowercase or uppercase UUID text (8-4-4-4-12 hex digits).
+bool is_uuid(std::string_view text);
+
+}  // namespace nanovm::daemon

@@ -1,0 +1,185 @@
+// The sandbox manager: commands and files in the guest (manager.hpp).
+#include <cerrno>
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "api/daemon/api_error.hpp"
+#include "api/daemon/sandbox/manager.hpp"
+#include "api/daemon/sandbox/vm_driver.hpp"
+
+namespace nanovm::daemon {
+
+using store::SandboxRecord;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The catalogue error for a guest's refusal (the agent's errno name).
+[[noreturn]] void throw_guest_error(const agent::AgentError& e, const std::string& path) {
+    const std::string& n = e.errno_name();
+    const std::string message = fmt::format("{}: {} ({})", path, e.message(), n);
+    if (n == "ENOENT" || n == "ENOTDIR") throw ApiError("path_not_found", message);
+    if (n == "EACCES" || n == "EPERM" || n == "EROFS") throw ApiError("permission_denied", message);
+    if (n == "EEXIST" || n == "EISDIR" || n == "ENOTEMPTY" || n == "EBUSY") throw ApiError("path_conflict", message);
+    if (n == "ENOSPC" || n == "EDQUOT") throw ApiError("disk_full", message);
+    if (n == "EFBIG") throw ApiError("file_too_large", message);
+    if (n == "ENAMETOOLONG" || n == "EINVAL") throw ApiError("invalid_path", message);
+    throw ApiError("vm_error", message);
+}
+
+// A sink that asked to stop a file read.
+struct ReadStopped {};
+
+std::string parent_of(const std::string& path) {
+    const size_t slash = path.find_last_of('/');
+    return slash == 0 || slash == std::string::npos ? std::string("/") : path.substr(0, slash);
+}
+
+}  // namespace
+
+std::string SandboxManager::use(const std::string& id) {
+    SandboxRecord r = must_get(id);
+    require_allowed(SandboxOp::use, state_of(r));
+    if (state_of(r) == SandboxState::sleeping) {
+        // Woken transparently: the next call after snapshot(leave_paused).
+        const auto s = slot(r.id);
+        std::lock_guard op(s->op);
+        r = must_get(id);
+        require_allowed(SandboxOp::use, state_of(r));
+        if (state_of(r) == SandboxState::sleeping) {
+            vmdriver::control(r.vm_id, "resume");
+            set_state(r, *transition(SandboxOp::use).to);
+        }
+    }
+    return r.vm_id;
+}
+
+agent::AgentClient SandboxManager::agent_for(const std::string& id) {
+    agent::AgentClient client = vmdriver::agent(use(id));
+    agent::ClientLimits limits;
+    limits.max_collected_output = 16u << 20;
+    client.set_limits(limits);
+    return client;
+}
+
+ExecOutcome SandboxManager::exec(const std::string& id, const ExecRequest& request, const ExecSinks* sinks) {
+    agent::AgentClient client = agent_for(id);
+    ExecOutcome out;
+    const auto t0 = Clock::now();
+    try {
+        if (!sinks) {
+            out.result = client.run(request.command);
+        } else {
+            bool gone = false;
+            agent::OutputCallbacks callbacks;
+            callbacks.on_stdout = [&](std::string_view d) {
+                if (!gone && !sinks->on_stdout(d)) gone = true;
+            };
+            callbacks.on_stderr = [&](std::string_view d) {
+                if (!gone && !sinks->on_stderr(d)) gone = true;
+            };
+            const agent::RequestId rid = client.start(request.command, std::move(callbacks));
+            bool cancelled = false;
+            while (!client.done(rid)) {
+                client.poll(std::chrono::milliseconds(100));
+                if (gone && !cancelled) {
+                    client.cancel(rid);  // the client went away: the command goes too
+                    cancelled = true;
+                }
+            }
+            out.result = client.wait(rid);
+        }
+    } catch (const agent::AgentError& e) {
+        // It could not start: the shell's statuses (127 not found, 126 cannot run).
+        out.start_error = fmt::format("{}: {}", e.message(), e.errno_name());
+        out.result.status.value = e.errno_name() == "ENOENT" || e.errno_name() == "ENOTDIR" ? 127 : 126;
+    } catch (const agent::ConnectionError& e) {
+        throw ApiError("vm_error", fmt::format("the guest agent's connection broke: {}", e.what()));
+    }
+    out.duration_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    return out;
+}
+
+agent::proto::FileInfo SandboxManager::stat_file(const std::string& id, const std::string& path) {
+    agent::AgentClient client = agent_for(id);
+    try {
+        return client.stat(path);
+    } catch (const agent::AgentError& e) {
+        throw_guest_error(e, path);
+    } catch (const agent::ConnectionError& e) {
+        throw ApiError("vm_error", e.what());
+    }
+}
+
+uint64_t SandboxManager::read_file(const std::string& id, const std::string& path,
+                                   const std::function<bool(std::string_view)>& sink) {
+    agent::AgentClient client = agent_for(id);
+    uint64_t sent = 0;
+    try {
+        client.read_file(path, [&](std::string_view chunk) {
+            sent += chunk.size();
+            if (sent > options_.max_file_bytes || !sink(chunk)) throw ReadStopped{};
+        });
+    } catch (const ReadStopped&) {
+        // The client went away (or the file grew past the limit): the connection to
+        // the agent is dropped with the rest of the file.
+    } catch (const agent::AgentError& e) {
+        throw_guest_error(e, path);
+    } catch (const agent::ConnectionError& e) {
+        throw ApiError("vm_error", e.what());
+    }
+    return sent;
+}
+
+uint64_t SandboxManager::write_file(const std::string& id, const std::string& path, std::string_view data,
+                                    uint32_t mode) {
+    agent::AgentClient client = agent_for(id);
+    try {
+        const std::string parent = parent_of(path);
+        if (parent != "/") client.mkdir(parent, 0755, /*parents=*/true);
+        agent::WriteOptions options;
+        options.mode = mode;
+        return client.write_file(path, data, options);
+    } catch (const agent::AgentError& e) {
+        throw_guest_error(e, path);
+    } catch (const agent::ConnectionError& e) {
+        throw ApiError("vm_error", e.what());
+    }
+}
+
+std::vector<agent::proto::DirEntry> SandboxManager::list_dir(const std::string& id, const std::string& path) {
+    agent::AgentClient client = agent_for(id);
+    try {
+        return client.list(path);
+    } catch (const agent::AgentError& e) {
+        throw_guest_error(e, path);
+    } catch (const agent::ConnectionError& e) {
+        throw ApiError("vm_error", e.what());
+    }
+}
+
+void SandboxManager::make_dir(const std::string& id, const std::string& path, bool parents) {
+    agent::AgentClient client = agent_for(id);
+    try {
+        client.mkdir(path, 0755, parents);
+    } catch (const agent::AgentError& e) {
+        throw_guest_error(e, path);
+    } catch (const agent::ConnectionError& e) {
+        throw ApiError("vm_error", e.what());
+    }
+}
+
+void SandboxManager::remove_path(const std::string& id, const std::string& path, bool recursive) {
+    agent::AgentClient client = agent_for(id);
+    try {
+        client.remove(path, recursive);
+    } catch (const agent::AgentError& e) {
+        throw_guest_error(e, path);
+    } catch (const agent::ConnectionError& e) {
+        throw ApiError("vm_error", e.what());
+    }
+}
+
+}  // namespace nanovm::daemon

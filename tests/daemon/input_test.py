@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""nanovmd's answers to bad input on the resource routes (no guest needed): malformed
+JSON, wrong types, unknown fields, values out of range, oversize bodies, unknown ids,
+../ and NUL in ids and guest paths; each a 4xx from the catalogue while the daemon
+keeps serving. A create on a host whose /dev/kvm cannot boot the guest fails with
+its reason (502 vm_error), and leaves no record. TAP.
+Usage: input_test.py NANOVM"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from daemon_harness import Daemon, Tap, main_guard  # noqa: E402
+
+UUID = "00000000-0000-4000-8000-000000000000"
+
+
+def run():
+    nanovm = sys.argv[1]
+    tap = Tap()
+    d = Daemon(nanovm).start()
+    try:
+        def expect(name, answer, status, code):
+            tap.ok(answer.status == status and answer.code() == code, f"{name}: {status} {code}", answer)
+
+        post = d.post
+        expect("malformed JSON", post("/v1/sandboxes", '{"cpus": 1'), 400, "bad_json")
+        expect("a JSON array instead of an object", post("/v1/sandboxes", "[1, 2]"), 400, "bad_json")
+        expect("JSON nested 10000 deep", post("/v1/sandboxes", '{"metadata":' + "[" * 10000 + "]" * 10000 + "}"),
+               400, "bad_json")
+        expect("cpus as a string", post("/v1/sandboxes", {"cpus": "2"}), 400, "invalid_field")
+        expect("cpus as a float", post("/v1/sandboxes", {"cpus": 1.5}), 400, "invalid_field")
+        expect("memory_mb as a boolean", post("/v1/sandboxes", {"memory_mb": True}), 400, "invalid_field")
+        expect("a label value that is a number", post("/v1/sandboxes", {"metadata": {"a": 1}}), 400, "invalid_field")
+        expect("a label key with a slash", post("/v1/sandboxes", {"metadata": {"a/b": "x"}}), 400, "invalid_field")
+        expect("an unknown field", post("/v1/sandboxes", {"cpus": 1, "gpu": True}), 400, "unknown_field")
+        expect("image and snapshot_id together", post("/v1/sandboxes", {"image": "default", "snapshot_id": UUID}),
+               400, "invalid_field")
+        expect("cpus 0", post("/v1/sandboxes", {"cpus": 0}), 422, "out_of_range")
+        expect("cpus 5", post("/v1/sandboxes", {"cpus": 5}), 422, "out_of_range")
+        expect("memory_mb 127", post("/v1/sandboxes", {"memory_mb": 127}), 422, "out_of_range")
+        expect("memory_mb 8193", post("/v1/sandboxes", {"memory_mb": 8193}), 422, "out_of_range")
+        expect("memory_mb 2^64", post("/v1/sandboxes", '{"memory_mb": 18446744073709551615}'), 422, "out_of_range")
+        expect("a negative timeout", post("/v1/sandboxes", {"timeout_s": -1}), 422, "out_of_range")
+        expect("an image given as a host path", post("/v1/sandboxes", {"image": "/etc/passwd"}), 422, "invalid_value")
+        expect("an image name with ../", post("/v1/sandboxes", {"image": "../../etc"}), 422, "invalid_value")
+        expect("a restore of an unknown snapshot", post("/v1/sandboxes", {"snapshot_id": UUID}), 404, "snapshot_not_found")
+        expect("a 100 KiB create body", post("/v1/sandboxes", {"metadata": {"a": "x" * 100000}}), 413, "body_too_large")
+
+        for path in [f"/v1/sandboxes/{UUID}", "/v1/sandboxes/not-a-uuid", "/v1/sandboxes/..%2F..%2Fetc%2Fpasswd",
+                     "/v1/sandboxes/%00", "/v1/sandboxes/" + "a" * 5000]:
+            expect(f"GET {path[:60]}", d.get(path), 404, "sandbox_not_found")
+        expect("GET /v1/sandboxes/../../etc/passwd", d.get("/v1/sandboxes/../../etc/passwd"), 404, "no_route")
+        expect("DELETE of an unknown sandbox", d.request("DELETE", f"/v1/sandboxes/{UUID}"), 404, "sandbox_not_found")
+        expect("PATCH of an unknown sandbox", d.request("PATCH", f"/v1/sandboxes/{UUID}", {"timeout_s": 5}),
+               404, "sandbox_not_found")
+        expect("PATCH with a bad field", d.request("PATCH", f"/v1/sandboxes/{UUID}", {"labels": {}}), 400, "unknown_field")
+        expect("pause of an unknown sandbox", post(f"/v1/sandboxes/{UUID}/pause"), 404, "sandbox_not_found")
+        expect("fork n=5", post(f"/v1/sandboxes/{UUID}/fork", {"n": 5}), 422, "out_of_range")
+        expect("fork of an unknown sandbox", post(f"/v1/sandboxes/{UUID}/fork", {"n": 2}), 404, "sandbox_not_found")
+        expect("exec without cmd or argv", post(f"/v1/sandboxes/{UUID}/exec", {}), 400, "invalid_field")
+        expect("exec with an empty argv", post(f"/v1/sandboxes/{UUID}/exec", {"argv": []}), 400, "invalid_field")
+        expect("exec with a relative cwd", post(f"/v1/sandboxes/{UUID}/exec", {"cmd": "ls", "cwd": "tmp"}),
+               400, "invalid_path")
+        expect("exec with a bad user", post(f"/v1/sandboxes/{UUID}/exec", {"cmd": "ls", "user": "root"}),
+               400, "invalid_field")
+        expect("exec of an unknown sandbox", post(f"/v1/sandboxes/{UUID}/exec", {"argv": ["true"]}),
+               404, "sandbox_not_found")
+        files = f"/v1/sandboxes/{UUID}/files"
+        expect("a file read without a path", d.get(files), 400, "invalid_field")
+        expect("a relative guest path", d.get(files + "?path=etc/passwd"), 400, "invalid_path")
+        expect("a guest path with ..", d.get(files + "?path=/tmp/../../etc/passwd"), 400, "invalid_path")
+        expect("a guest path with NUL", d.get(files + "?path=/tmp/a%00b"), 400, "invalid_path")
+        expect("a file read of an unknown sandbox", d.get(files + "?path=/etc/hostname"), 404, "sandbox_not_found")
+        expect("mkdir with a path of the wrong type", post(files + "/mkdir", {"path": 5}), 400, "invalid_field")
+        expect("a bad list limit", d.get("/v1/sandboxes?limit=0"), 422, "out_of_range")
+        expect("a list limit that is not a number", d.get("/v1/sandboxes?limit=ten"), 400, "invalid_field")
+        expect("an unknown state filter", d.get("/v1/sandboxes?state=dancing"), 400, "invalid_field")
+        expect("GET of an unknown snapshot", d.get(f"/v1/snapshots/{UUID}"), 404, "snapshot_not_found")
+        expect("a snapshot id with ../", d.get("/v1/snapshots/..%2Fstore.db"), 404, "snapshot_not_found")
+        expect("restore of an unknown snapshot", post(f"/v1/snapshots/{UUID}/restore"), 404, "snapshot_not_found")
+        expect("wait with a timeout over an hour", post(f"/v1/snapshots/{UUID}/wait", {"timeout_s": 99999}),
+               422, "out_of_range")
+        expect("DELETE of an unknown snapshot", d.request("DELETE", f"/v1/snapshots/{UUID}"), 404, "snapshot_not_found")
+        expect("snapshot of an unknown sandbox", post(f"/v1/sandboxes/{UUID}/snapshots", {"wait_durable": True}),
+               404, "sandbox_not_found")
+        expect("snapshot with leave_paused as a string", post(f"/v1/sandboxes/{UUID}/snapshots", {"leave_paused": "yes"}),
+               400, "invalid_field")
+
+        # A create: on a host whose /dev/kvm cannot run the guest (this machine's PVM),
+        # it fails with the reason; where it can, it makes a sandbox (deleted again).
+        c = post("/v1/sandboxes", {"cpus": 1, "memory_mb": 256, "metadata": {"test": "input"}}, timeout=300)
+        if c.status == 502:
+            msg = c.json()["error"]["message"]
+            tap.ok(c.code() == "vm_error" and ("kvm" in msg.lower() or "did not start" in msg),
+                   f"a create where the guest cannot boot: 502 vm_error with the reason ({msg[:120]})", c)
+        else:
+            tap.ok(c.status == 201 and c.json()["state"] == "running", "a create where KVM works: 201 running", c)
+            if c.status == 201:
+                d.request("DELETE", f"/v1/sandboxes/{c.json()['id']}", timeout=120)
+        listed = d.get("/v1/sandboxes")
+        tap.ok(listed.status == 200 and listed.json()["sandboxes"] == [], "no sandbox record is left behind", listed)
+
+        h = d.get("/v1/health")
+        tap.ok(h.status == 200 and d.alive(), "after all of that the daemon still serves", h)
+        m = d.get("/metrics").body
+        tap.ok('nanovm_api_errors_total{code="bad_json"} 3' in m and 'code="out_of_range"' in m,
+               "/metrics counted the errors by code", m[-1500:])
+    finally:
+        code = d.stop()
+        tap.ok(code == 0, f"SIGTERM: exit 0 ({code})", d.stderr()[-2000:])
+    # The store survives a restart of the daemon.
+    again = Daemon(nanovm, state_dir=d.state_dir).start()
+    try:
+        a = again.get("/v1/sandboxes")
+        tap.ok(a.status == 200, "a restarted daemon opens its store again", a)
+    finally:
+        again.stop()
+        d.cleanup()
+    return tap.done()
+
+
+if __name__ == "__main__":
+    main_guard(run)
