@@ -119,11 +119,6 @@ int run_daemon(const DaemonOptions& given) {
         const Fd lock = lock_state_dir(state);
         const std::string sock = socket_path(state);
         ::unlink(sock.c_str());  // a dead daemon's: we hold the lock
-        // The VM layer keeps its VMs under the run directory: the daemon's is its
-        // state directory (<state>/vms/...), and a VM's files stay after its VMM
-        // ends until the sandbox is deleted.
-        ::setenv("NANOVM_RUN_DIR", state.c_str(), 1);
-        ::setenv("NANOVM_KEEP_STATE", "1", 1);
 
         // Termination signals go to one thread (sigwait) that stops the server;
         // every thread started from here inherits the mask.

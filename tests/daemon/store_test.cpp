@@ -17,6 +17,7 @@
 #include "api/daemon/store/file_refs.hpp"
 #include "api/daemon/store/store.hpp"
 #include "devices/virtio/blk/disk_layer.hpp"
+#include "snapshot/manifest.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "vmm/fd.hpp"
 
@@ -283,6 +284,23 @@ TEST_CASE("store: a snapshot of a fork child keeps the fork base after parent an
         ++orders;
     } while (std::next_permutation(order.begin(), order.end()));
     CHECK(orders == 24);
+}
+
+TEST_CASE("store: a snapshot's memory chain (manifest chain lines) counts as references", "[daemon][store]") {
+    World w;
+    w.boot("x");
+    w.snapshot("A", "x");
+    w.snapshot("B", "x");
+    std::ofstream(w.dirs["A"] + "/memory.layer") << "A's memory";
+    std::ofstream(w.dirs["B"] + "/memory.layer") << "B's memory, a diff over A's";
+    nanovm::snapshot::write_manifest(w.dirs["B"], {"memory.layer"}, /*sync=*/false,
+                                     {{"../A/memory.layer", 0x12345678}});
+    CHECK(external_files(w.dirs["B"]) == std::vector<std::string>{w.dirs["A"] + "/memory.layer"});
+    w.store.add_refs(w.dirs["B"], external_files(w.dirs["B"]));
+    w.remove("A");
+    CHECK(fs::exists(w.state + "/snapshots/A/memory.layer"));  // B's memory needs it
+    w.remove("B");
+    CHECK_FALSE(fs::exists(w.state + "/snapshots/A"));
 }
 
 TEST_CASE("store: a removal cut short is finished at the next start", "[daemon][store]") {

@@ -13,7 +13,6 @@
 #include <fmt/format.h>
 
 #include "api/daemon/api_error.hpp"
-#include "api/daemon/sandbox/vm_driver.hpp"
 #include "api/daemon/store/file_refs.hpp"
 #include "api/vm/state_dir.hpp"
 #include "snapshot/manifest.hpp"
@@ -69,7 +68,7 @@ std::string lower(std::string_view text) {
 }  // namespace
 
 SandboxManager::SandboxManager(ManagerOptions options, store::Store& store)
-    : options_(std::move(options)), store_(store) {}
+    : options_(std::move(options)), store_(store), vms_(options_.state_dir) {}
 
 SandboxManager::~SandboxManager() {
     stopping_ = true;
@@ -141,23 +140,13 @@ void SandboxManager::reserve(const std::vector<SandboxRecord>& records) {
     for (const SandboxRecord& r : records) store_.put_sandbox(r);
 }
 
-SandboxRecord SandboxManager::launch(SandboxRecord record, const std::string& restore_dir,
-                                     const std::string& fork_memory, const std::string& fork_delta) {
+SandboxRecord SandboxManager::launch(SandboxRecord record, const std::string& restore_dir) {
     const auto s = slot(record.id);
     std::lock_guard op(s->op);
-    vm::SandboxSpec spec;
-    spec.cpus = static_cast<uint32_t>(record.cpus);
-    spec.memory_mib = static_cast<uint32_t>(record.memory_mb);
-    if (restore_dir.empty()) {
-        spec.image = vmdriver::image_path(record.image);
-    } else {
-        spec.restore_dir = restore_dir;
-        spec.fork_memory = fork_memory;
-        spec.fork_delta = fork_delta;
-    }
-    vmdriver::Started started;
+    VmDriver::Started started;
     try {
-        started = vmdriver::start(spec);
+        started = vms_.start(static_cast<uint32_t>(record.cpus), static_cast<uint32_t>(record.memory_mb),
+                             restore_dir.empty() ? VmDriver::image_path(record.image) : std::string(), restore_dir);
     } catch (...) {
         store_.delete_sandbox(record.id);
         throw;
@@ -172,7 +161,7 @@ SandboxRecord SandboxManager::create(const CreateRequest& request) {
     if (!request.snapshot_id.empty()) return restore(request.snapshot_id, request);
     SandboxRecord r = new_record(request);
     r.image = request.image;
-    (void)vmdriver::image_path(r.image);  // an unknown name stops here
+    (void)VmDriver::image_path(r.image);  // an unknown name stops here
     reserve({r});
     return launch(std::move(r), "");
 }
@@ -206,13 +195,13 @@ void SandboxManager::remove(const std::string& id) {
         SandboxRecord r = must_get(id);
         require_allowed(SandboxOp::remove, state_of(r));
         set_state(r, SandboxState::deleting, r.error);
-        if (!r.vm_id.empty() && !vmdriver::stop(r.vm_id))
-            log_line(fmt::format("sandbox {}: its VMM ({}) did not stop", r.id, r.vm_id));
         if (!r.vm_id.empty()) {
-            if (const pid_t pid = vmdriver::pid(r.vm_id); pid > 0) ::waitpid(pid, nullptr, WNOHANG);
+            const pid_t pid = vms_.pid(r.vm_id);
+            if (!vms_.stop(r.vm_id)) log_line(fmt::format("sandbox {}: its VMM ({}) did not stop", r.id, r.vm_id));
+            if (pid > 0) ::waitpid(pid, nullptr, WNOHANG);  // our child unless adopted after a restart
         }
         store_.delete_sandbox(r.id);
-        if (!r.vm_id.empty()) release(vmdriver::paths(r.vm_id).dir);
+        if (!r.vm_id.empty()) release(vms_.paths(r.vm_id).dir);
     }
     std::lock_guard lock(mutex_);
     slots_.erase(lower(id));
@@ -224,7 +213,7 @@ SandboxRecord SandboxManager::pause(const std::string& id) {
     SandboxRecord r = must_get(id);
     const SandboxState st = state_of(r);
     require_allowed(SandboxOp::pause, st);
-    if (st == SandboxState::running) vmdriver::control(r.vm_id, "pause");
+    if (st == SandboxState::running) vms_.pause(r.vm_id);
     if (st != SandboxState::paused) set_state(r, *transition(SandboxOp::pause).to);
     return r;
 }
@@ -236,35 +225,16 @@ SandboxRecord SandboxManager::resume(const std::string& id) {
     const SandboxState st = state_of(r);
     require_allowed(SandboxOp::resume, st);
     if (st != SandboxState::running) {
-        vmdriver::control(r.vm_id, "resume");
+        vms_.resume(r.vm_id);
         set_state(r, *transition(SandboxOp::resume).to);
     }
     return r;
 }
 
-void SandboxManager::release(const std::string& dir) {
-    for (const std::string& removed : store::release_and_collect(store_, dir)) {
-        std::lock_guard lock(mutex_);
-        fork_holds_.erase(removed);
-    }
-}
-
-void SandboxManager::hold_fork_base(const std::string& dir) {
-    // The VM layer removes fork bases nobody holds (clean_unused_fork_bases at every
-    // VM start): the daemon holds every one its store still needs.
-    try {
-        Fd hold = vm::hold_fork_base(dir + "/snapshot");
-        std::lock_guard lock(mutex_);
-        if (hold) fork_holds_[dir] = std::move(hold);
-    } catch (const std::exception& e) {
-        log_line(fmt::format("fork base {}: {}", dir, e.what()));
-    }
-}
+void SandboxManager::release(const std::string& dir) { store::release_and_collect(store_, dir); }
 
 void SandboxManager::recover_and_watch() {
     for (const std::string& dir : store::finish_removals(store_)) log_line("removed " + dir + " (a removal cut short)");
-    for (const store::DirRecord& d : store_.dirs())
-        if (d.kind == "fork" && !d.removing) hold_fork_base(d.path);
     std::set<std::string> known_vms;
     for (SandboxRecord r : store_.all_sandboxes()) {
         const SandboxState st = state_of(r);
@@ -274,35 +244,32 @@ void SandboxManager::recover_and_watch() {
             continue;
         }
         if (st == SandboxState::deleting) {
-            if (!r.vm_id.empty()) vmdriver::stop(r.vm_id);
+            if (!r.vm_id.empty()) vms_.stop(r.vm_id);
             store_.delete_sandbox(r.id);
-            if (!r.vm_id.empty()) release(vmdriver::paths(r.vm_id).dir);
+            if (!r.vm_id.empty()) release(vms_.paths(r.vm_id).dir);
             continue;
         }
         if (!r.vm_id.empty()) known_vms.insert(r.vm_id);
         if (!holds_resources(st)) continue;
-        if (!vmdriver::alive(r.vm_id)) {
-            const std::string tail = vmdriver::log_tail(r.vm_id);
+        const vm::Adoption a = vms_.adopt(r.vm_id);
+        if (a.state != vm::Adoption::State::ready) {
+            if (a.state != vm::Adoption::State::dead && a.state != vm::Adoption::State::missing) vms_.stop(r.vm_id);
             set_state(r, SandboxState::error,
-                      "its VMM ended while the daemon was away" + (tail.empty() ? std::string() : ": " + tail));
+                      fmt::format("its VMM was {} when the daemon started again: {}", vm::to_string(a.state),
+                                  a.reason.empty() ? vms_.end_reason(r.vm_id) : a.reason));
             continue;
         }
-        try {
-            const nlohmann::json status = vmdriver::control(r.vm_id, "status", nullptr, std::chrono::seconds(5));
-            const std::string vmm_state = status.value("state", "");
-            if (vmm_state == "running" && st != SandboxState::running) set_state(r, SandboxState::running);
-            if (vmm_state == "paused" && st == SandboxState::running) set_state(r, SandboxState::paused);
-            log_line(fmt::format("sandbox {}: adopted its running VMM {} ({})", r.id, r.vm_id, vmm_state));
-        } catch (const ApiError& e) {
-            set_state(r, SandboxState::error, e.what());
-        }
+        const std::string vmm_state = a.status.value("state", "");
+        if (vmm_state == "running" && st != SandboxState::running) set_state(r, SandboxState::running);
+        if (vmm_state == "paused" && st == SandboxState::running) set_state(r, SandboxState::paused);
+        log_line(fmt::format("sandbox {}: adopted its running VMM {} ({})", r.id, r.vm_id, vmm_state));
     }
     // VMMs no record names (a create cut short): stopped, their directories removed.
-    for (const vm::VmPaths& p : vm::list_vm_dirs()) {
+    for (const vm::VmPaths& p : vms_.vm_dirs()) {
         if (known_vms.count(p.id)) continue;
-        if (vmdriver::alive(p.id)) {
+        if (vms_.alive(p.id)) {
             log_line(fmt::format("stopping VMM {}: no sandbox names it (a create cut short)", p.id));
-            vmdriver::stop(p.id);
+            vms_.stop(p.id);
         }
         vm::remove_if_dead(p);
     }
@@ -349,15 +316,14 @@ void SandboxManager::check_sandboxes() {
             }
             continue;
         }
-        if (st == SandboxState::creating || !allowed(SandboxOp::vmm_died, st) || vmdriver::alive(r.vm_id)) continue;
+        if (st == SandboxState::creating || !allowed(SandboxOp::vmm_died, st) || vms_.alive(r.vm_id)) continue;
         const auto s = slot(r.id);
         std::unique_lock op(s->op, std::try_to_lock);
         if (!op.owns_lock()) continue;  // an operation runs: it will see the VMM gone itself
         auto again = store_.sandbox(r.id);
-        if (!again || !allowed(SandboxOp::vmm_died, state_of(*again)) || vmdriver::alive(again->vm_id)) continue;
-        if (const pid_t pid = vmdriver::pid(again->vm_id); pid > 0) ::waitpid(pid, nullptr, WNOHANG);
-        const std::string tail = vmdriver::log_tail(again->vm_id);
-        set_state(*again, SandboxState::error, "its VMM exited" + (tail.empty() ? std::string() : ": " + tail));
+        if (!again || !allowed(SandboxOp::vmm_died, state_of(*again)) || vms_.alive(again->vm_id)) continue;
+        if (const pid_t pid = vms_.pid(again->vm_id); pid > 0) ::waitpid(pid, nullptr, WNOHANG);
+        set_state(*again, SandboxState::error, "its VMM exited: " + vms_.end_reason(again->vm_id));
         log_line(fmt::format("sandbox {}: {}", again->id, again->error));
     }
 }
@@ -372,7 +338,7 @@ void SandboxManager::check_snapshots() {
             continue;
         }
         const auto owner = store_.sandbox(s.sandbox_id);
-        if (!owner || owner->vm_id.empty() || !vmdriver::alive(owner->vm_id)) {
+        if (!owner || owner->vm_id.empty() || !vms_.alive(owner->vm_id)) {
             if (snapshot::is_durable(s.dir)) continue;  // finished just now: next round
             s.state = "error";
             s.error = "its sandbox's VMM ended before the snapshot was saved";

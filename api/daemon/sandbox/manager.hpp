@@ -25,8 +25,8 @@
 
 #include "api/agent_client/agent_client.hpp"
 #include "api/daemon/sandbox/transitions.hpp"
+#include "api/daemon/sandbox/vm_driver.hpp"
 #include "api/daemon/store/store.hpp"
-#include "vmm/fd.hpp"
 
 namespace nanovm::daemon {
 
@@ -170,22 +170,20 @@ private:
     /// A new record in state creating (id, timestamps, timeout from `request`).
     store::SandboxRecord new_record(const CreateRequest& request) const;
     /// Starts a VMM for the record (in state creating) and records the outcome.
-    store::SandboxRecord launch(store::SandboxRecord record, const std::string& restore_dir,
-                                const std::string& fork_memory = "", const std::string& fork_delta = "");
+    store::SandboxRecord launch(store::SandboxRecord record, const std::string& restore_dir);
     /// The sandbox ready for an exec or file call (woken if sleeping); its VM id.
     std::string use(const std::string& id);
     agent::AgentClient agent_for(const std::string& id);
     void release(const std::string& dir);
-    void hold_fork_base(const std::string& dir);
     void watch();
     void check_sandboxes();
     void check_snapshots();
 
     ManagerOptions options_;
     store::Store& store_;
-    std::mutex mutex_;  ///< slots_, fork_holds_, and the caps' check-and-reserve
+    VmDriver vms_;
+    std::mutex mutex_;  ///< slots_, and the caps' check-and-reserve
     std::map<std::string, std::shared_ptr<Slot>> slots_;
-    std::map<std::string, Fd> fork_holds_;  ///< fork base dir -> our shared hold on its users.lock
     std::atomic<bool> stopping_{false};
     std::mutex watch_mutex_;
     std::condition_variable watch_wake_;

@@ -6,7 +6,6 @@
 
 #include "api/daemon/api_error.hpp"
 #include "api/daemon/sandbox/manager.hpp"
-#include "api/daemon/sandbox/vm_driver.hpp"
 
 namespace nanovm::daemon {
 
@@ -49,7 +48,7 @@ std::string SandboxManager::use(const std::string& id) {
         r = must_get(id);
         require_allowed(SandboxOp::use, state_of(r));
         if (state_of(r) == SandboxState::sleeping) {
-            vmdriver::control(r.vm_id, "resume");
+            vms_.resume(r.vm_id);
             set_state(r, *transition(SandboxOp::use).to);
         }
     }
@@ -57,7 +56,7 @@ std::string SandboxManager::use(const std::string& id) {
 }
 
 agent::AgentClient SandboxManager::agent_for(const std::string& id) {
-    agent::AgentClient client = vmdriver::agent(use(id));
+    agent::AgentClient client = vms_.agent(use(id));
     agent::ClientLimits limits;
     limits.max_collected_output = 16u << 20;
     client.set_limits(limits);

@@ -4,13 +4,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
 
 #include "api/daemon/api_error.hpp"
 #include "api/daemon/sandbox/manager.hpp"
-#include "api/daemon/sandbox/vm_driver.hpp"
 #include "api/daemon/store/file_refs.hpp"
 #include "api/vm/state_dir.hpp"
 #include "snapshot/manifest.hpp"
@@ -63,22 +63,16 @@ SnapshotRecord SandboxManager::snapshot(const std::string& sandbox_id, const Sna
     fs::create_directories(options_.state_dir + "/snapshots", ec);
     store_.put_snapshot(snap);
     store_.add_dir(snap.dir, "snapshot", snap.id);
-    nlohmann::json answer;
+    bool durable = false;
     try {
-        answer = vmdriver::control(r.vm_id, "snapshot",
-                                   {{"dir", snap.dir},
-                                    {"leave_paused", request.leave_paused},
-                                    {"wait_durable", request.wait_durable}},
-                                   std::chrono::minutes(30));
-    } catch (const ApiError& e) {
+        durable = vms_.snapshot(r.vm_id, snap.dir, request.wait_durable, request.leave_paused);
+    } catch (const ApiError&) {
         store_.delete_snapshot(snap.id);
         release(snap.dir);
-        if (std::string(e.what()).find("No space left on device") != std::string::npos)
-            throw ApiError("disk_full", e.what());
         throw;
     }
     snap.state = "ready";
-    snap.durable = answer.value("durable", false) && snapshot::is_durable(snap.dir);
+    snap.durable = durable && snapshot::is_durable(snap.dir);
     if (snap.durable) store_.add_refs(snap.dir, store::external_files(snap.dir));
     store_.put_snapshot(snap);
     if (request.leave_paused && st == SandboxState::running) set_state(r, SandboxState::sleeping);
@@ -164,47 +158,35 @@ std::vector<ForkChild> SandboxManager::fork(const std::string& id, uint32_t n) {
         children.push_back(std::move(c));
     }
     reserve(children);
-    // The fork base: the parent's frozen disks and state, shared by the children.
-    vm::ForkBase base;
-    std::string base_root;
-    nlohmann::json answer;
+    VmDriver::Fork made;
     try {
-        base = vm::new_fork_base(parent.vm_id);
-        base_root = fs::path(base.dir).parent_path().string();
-        store_.add_dir(base_root, "fork", "");
-        {
-            std::lock_guard lock(mutex_);
-            fork_holds_[base_root] = std::move(base.lock);
-        }
-        answer = vmdriver::control(parent.vm_id, "fork", {{"dir", base.dir}}, std::chrono::minutes(5));
-        store_.add_refs(base_root, store::external_files(base.dir));
-    } catch (const std::exception& e) {
+        made = vms_.fork(parent.vm_id, n);
+    } catch (const ApiError&) {
         for (const SandboxRecord& c : children) store_.delete_sandbox(c.id);
-        if (!base_root.empty()) release(base_root);
-        if (const auto* api = dynamic_cast<const ApiError*>(&e)) throw ApiError(api->code(), api->what());
-        throw ApiError("vm_error", fmt::format("fork: {}", e.what()));
+        throw;
     }
-    const std::string memfds = answer.value("memfds", std::string());
-    const std::string delta = answer.value("delta", std::string());
+    // The fork base (the parent's frozen disks and state, and the memory chain it
+    // names) is the store's from here: the children's directories reference it.
+    store_.add_dir(made.base_root, "fork", "");
+    store_.add_refs(made.base_root, store::external_files(made.base_dir));
     std::vector<ForkChild> out(n);
-    std::vector<std::thread> starters;
     for (uint32_t i = 0; i < n; ++i) {
-        starters.emplace_back([&, i] {
-            try {
-                out[i].sandbox = launch(children[i], base.dir, memfds, delta);
-            } catch (const ApiError& e) {
-                out[i].error_code = e.code();
-                out[i].error = e.what();
-            } catch (const std::exception& e) {
-                out[i].error_code = "vm_error";
-                out[i].error = e.what();
-            }
-        });
+        const VmDriver::ForkChild& child = made.children.at(i);
+        if (child.started.vm_id.empty()) {
+            store_.delete_sandbox(children[i].id);
+            out[i].error_code = child.error.find("No space left on device") != std::string::npos ? "disk_full" : "vm_error";
+            out[i].error = "the fork child did not start: " + child.error;
+            continue;
+        }
+        SandboxRecord c = children[i];
+        c.vm_id = child.started.vm_id;
+        set_state(c, SandboxState::running);
+        store::track_dir(store_, child.started.dir, "vm", c.id);
+        out[i].sandbox = c;
     }
-    for (std::thread& t : starters) t.join();
     // Nobody owns a fork base: the children's VM directories (and snapshots of them)
     // keep it through their references.
-    release(base_root);
+    release(made.base_root);
     return out;
 }
 
@@ -213,9 +195,9 @@ SandboxMetrics SandboxManager::metrics(const std::string& id) {
     SandboxMetrics m;
     m.state = r.state;
     if (r.vm_id.empty()) return m;
-    m.disk_bytes = allocated_bytes(vmdriver::paths(r.vm_id).dir, false);
-    m.vmm_running = vmdriver::alive(r.vm_id);
-    const pid_t pid = vmdriver::pid(r.vm_id);
+    m.disk_bytes = allocated_bytes(vms_.paths(r.vm_id).dir, false);
+    m.vmm_running = vms_.alive(r.vm_id);
+    const pid_t pid = vms_.pid(r.vm_id);
     if (!m.vmm_running || pid <= 0) return m;
     // /proc/PID/stat: fields 14 and 15 are utime and stime in clock ticks (proc(5));
     // the command name (field 2) may hold spaces, so count from its closing ')'.
@@ -240,7 +222,7 @@ SandboxMetrics SandboxManager::metrics(const std::string& id) {
 std::string SandboxManager::log(const std::string& id, const std::string& which, size_t max_bytes) {
     const SandboxRecord r = must_get(id);
     if (r.vm_id.empty()) return {};
-    const vm::VmPaths p = vmdriver::paths(r.vm_id);
+    const vm::VmPaths p = vms_.paths(r.vm_id);
     const std::string path = which == "console" ? p.console_log() : p.vmm_log();
     std::ifstream f(path, std::ios::binary);
     if (!f) return {};

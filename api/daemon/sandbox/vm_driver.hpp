@@ -1,9 +1,10 @@
-// The manager's one door to the VM layer (api/vm/, api/agent_client/): start a VMM,
-// drive it through its control socket, reach its guest agent, stop it. Failures
-// come out as ApiError (vm_error with the VM layer's own one-line reason), so the
-// manager never sees the VM layer's exception types. When the VM layer gets its
-// library form (a caller-chosen run directory, no printing, no clean-up side
-// effects), this file is what changes.
+// The manager's one door to the VM layer (api/vm/ as a library: launcher, vm_ops,
+// guest_ops, adopt; and api/agent_client/): start a VMM in the daemon's run
+// directory, drive it through its control socket, reach its guest agent, stop it,
+// re-attach to it after a restart. Failures come out as ApiError (vm_error with the
+// VM layer's own one-line reason; disk_full for ENOSPC), so the manager never sees
+// the VM layer's exception types. VM directories are the daemon's: a VMM leaves its
+// directory when it ends (keep_dir), and only the store's collection removes it.
 #pragma once
 
 #include <sys/types.h>
@@ -11,52 +12,77 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "api/agent_client/agent_client.hpp"
+#include "api/vm/adopt.hpp"
 #include "api/vm/launcher.hpp"
 #include "api/vm/state_dir.hpp"
 
-namespace nanovm::daemon::vmdriver {
+namespace nanovm::daemon {
 
-/// A VMM started for a sandbox.
-struct Started {
-    std::string vm_id;
-    std::string dir;  ///< its VM directory
-    pid_t pid = -1;
+class VmDriver {
+public:
+    /// VMs live in <state_dir>/vms, fork bases in <state_dir>/forks.
+    explicit VmDriver(const std::string& state_dir) : run_{state_dir} {}
+
+    /// A VMM started for a sandbox.
+    struct Started {
+        std::string vm_id;
+        std::string dir;  ///< its VM directory
+        pid_t pid = -1;
+    };
+
+    /// Boots a VM of `cpus` x `memory_mib` from root image `image` (a file), or with
+    /// `restore_dir` restores that snapshot; returns once its agent answers. No fork
+    /// standbys. Throws ApiError vm_error with the reason (and the guest console's
+    /// last line for a guest that died booting).
+    Started start(uint32_t cpus, uint32_t memory_mib, const std::string& image, const std::string& restore_dir = "");
+
+    /// One fork child: started, or why not.
+    struct ForkChild {
+        Started started;  ///< vm_id empty: failed
+        std::string error;
+    };
+    /// Forks VM `vm_id` into `n` children; the fork base is <forks>/<...>/snapshot.
+    struct Fork {
+        std::string base_root;  ///< the fork base's own directory (users.lock and snapshot/)
+        std::string base_dir;   ///< its snapshot directory
+        std::vector<ForkChild> children;
+    };
+    Fork fork(const std::string& vm_id, uint32_t n);
+
+    /// The files of VM `vm_id`. Throws ApiError internal for an id that is not one.
+    vm::VmPaths paths(const std::string& vm_id) const;
+    /// True while a VMM holds the VM.
+    bool alive(const std::string& vm_id) const;
+    /// The VMM's pid from its vm.json (0 if unknown).
+    pid_t pid(const std::string& vm_id) const;
+    /// Whether a live, ready VMM holds the VM now (after a daemon restart).
+    vm::Adoption adopt(const std::string& vm_id) const;
+    /// Why its VMM ended (from vmm.log), one line.
+    std::string end_reason(const std::string& vm_id) const;
+
+    void pause(const std::string& vm_id);
+    void resume(const std::string& vm_id);
+    /// Snapshots into `dir` (absolute, missing); returns whether it is durable.
+    bool snapshot(const std::string& vm_id, const std::string& dir, bool wait_durable, bool leave_paused);
+    /// Stops the VMM at once (no guest power-off; SIGKILL if it does not go).
+    /// Never throws; false if it is still there.
+    bool stop(const std::string& vm_id) noexcept;
+    /// A connection to the guest agent (the VM must be running).
+    agent::AgentClient agent(const std::string& vm_id, std::chrono::milliseconds timeout = std::chrono::seconds(10));
+    /// The VM directories in the run directory (for VMMs no record names).
+    std::vector<vm::VmPaths> vm_dirs() const;
+
+    /// The root image file of an image name ("default", "tiny"): the disk
+    /// tools/rootfs/build made. Throws ApiError invalid_value for another name.
+    static std::string image_path(const std::string& name);
+
+private:
+    vm::RunDir run_;
 };
 
-/// Starts a VMM (detached: it outlives the daemon) and waits until its agent
-/// answers. Daemon sandboxes keep no fork standbys. Throws ApiError vm_error.
-Started start(vm::SandboxSpec spec);
-
-/// The files of VM `vm_id` in the daemon's run directory.
-vm::VmPaths paths(const std::string& vm_id);
-
-/// True while a VMM holds the VM's lock.
-bool alive(const std::string& vm_id);
-
-/// The VMM's pid from its vm.json (0 if unreadable).
-pid_t pid(const std::string& vm_id);
-
-/// One control request. Throws ApiError vm_error ("the VMM refused: ...", "does
-/// not answer: ...").
-nlohmann::json control(const std::string& vm_id, const std::string& command, const nlohmann::json& args = nullptr,
-                       std::chrono::milliseconds timeout = std::chrono::seconds(10));
-
-/// Stops the VMM at once (control "stop" forced; SIGKILL if it does not go within
-/// 10 s). Never throws; returns false if it is still there.
-bool stop(const std::string& vm_id) noexcept;
-
-/// A connection to the guest agent. Throws ApiError vm_error.
-agent::AgentClient agent(const std::string& vm_id, std::chrono::milliseconds timeout = std::chrono::seconds(10));
-
-/// The end of the VMM's log (for why it died): "" if none.
-std::string log_tail(const std::string& vm_id);
-
-/// The root image file of an image name ("default", "tiny"): the disk
-/// tools/rootfs/build made. Throws ApiError invalid_value for another name.
-std::string image_path(const std::string& name);
-
-}  // namespace nanovm::daemon::vmdriver
+}  // namespace nanovm::daemon

@@ -9,6 +9,7 @@
 
 #include "api/daemon/store/store.hpp"
 #include "devices/virtio/blk/disk_layer.hpp"
+#include "snapshot/manifest.hpp"
 #include "vmm/fd.hpp"
 #include "vmm/log.hpp"
 
@@ -60,6 +61,16 @@ std::vector<std::string> external_files(const std::string& dir) {
             }
             out.insert(fs::path(parent).lexically_normal().string());
             break;
+        }
+    }
+    // A snapshot's memory may be a diff over other snapshots' memory layers: its
+    // manifest's chain lines name them, relative to the directory.
+    if (fs::exists(dir + "/" + snapshot::kManifestFileName, ec)) {
+        try {
+            for (const snapshot::ChainLayer& layer : snapshot::read_manifest(dir).chain)
+                out.insert((fs::path(dir) / layer.path).lexically_normal().string());
+        } catch (const std::exception& e) {
+            log_line("references of " + dir + ": " + e.what());
         }
     }
     return {out.begin(), out.end()};

@@ -13,7 +13,8 @@ namespace nanovm::daemon::store {
 class Store;
 
 /// The files outside `dir` that the layer files in `dir` name as parents (their
-/// chains followed through `dir`'s own files), sorted, each once. Files that are not
+/// chains followed through `dir`'s own files), and the memory layers its manifest's
+/// chain lines name (snapshot/manifest.hpp), sorted, each once. Files that are not
 /// layers are skipped; an unreadable layer header is skipped too (it names nothing
 /// we could keep). Never throws for a missing `dir` (empty result).
 std::vector<std::string> external_files(const std::string& dir);
