@@ -27,7 +27,9 @@ constexpr std::array kCatalogue{
     ErrorKind{"sandbox_paused", 409, "The sandbox is paused: resume it first."},
     ErrorKind{"path_conflict", 409, "The guest path exists, is a directory, or is not empty (EEXIST, EISDIR...)."},
     ErrorKind{"body_too_large", 413, "The request body is larger than this endpoint takes."},
-    ErrorKind{"file_too_large", 413, "A file to write or read is larger than the daemon's file size limit."},
+    ErrorKind{"file_too_large", 413,
+              "A file to write is larger than the daemon's file size limit (--max-file-size), or the guest refused its "
+              "size (EFBIG)."},
     ErrorKind{"out_of_range", 422, "A value is outside its allowed range (cpus, memory_mb, timeouts, n)."},
     ErrorKind{"invalid_value", 422, "A value has the right type but is not acceptable (an unknown image name)."},
     ErrorKind{"shape_mismatch", 422, "A restore asked for a shape (cpus, memory_mb) other than the snapshot's."},

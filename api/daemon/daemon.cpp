@@ -95,7 +95,7 @@ CLI::App* add_daemon_command(CLI::App& app, DaemonOptions& o) {
                     "MiB of guest memory committed to running, paused and sleeping sandboxes at most [default: 90% "
                     "of the host's memory]")
         ->type_name("MiB");
-    cmd->add_option("--max-file-size", o.max_file_bytes, "Bytes of a file written or read through the API at most")
+    cmd->add_option("--max-file-size", o.max_file_bytes, "Bytes of a file written through the API at most (reads are streamed, any size)")
         ->type_name("BYTES")
         ->capture_default_str();
     return cmd;

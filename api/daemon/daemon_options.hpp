@@ -22,7 +22,7 @@ struct DaemonOptions {
     int64_t default_timeout_s = 0;     ///< a sandbox created without timeout_s gets this (0: none)
     uint32_t max_running = 16;         ///< running + sleeping + paused sandboxes at most
     uint64_t max_memory_mb = 0;        ///< memory_mb committed at most (0: 90% of the host's MemTotal)
-    uint64_t max_file_bytes = 256u << 20;  ///< a file written or read through the API at most
+    uint64_t max_file_bytes = 256u << 20;  ///< a file written through the API at most (its body is held whole)
     unsigned workers = 32;             ///< threads for long requests
 };
 

@@ -109,6 +109,17 @@ def run():
     finally:
         code = d.stop()
         tap.ok(code == 0, f"SIGTERM: exit 0 ({code})", d.stderr()[-2000:])
+    # The caps: a create over the committed-memory cap is refused before any VM starts.
+    capped = Daemon(nanovm, args=["--max-memory", "300", "--max-sandboxes", "1"]).start()
+    try:
+        a = capped.post("/v1/sandboxes", {"memory_mb": 512})
+        tap.ok(a.status == 503 and a.code() == "over_capacity" and "--max-memory" in a.body,
+               "a create over --max-memory: 503 over_capacity", a)
+        a = capped.post("/v1/sandboxes/" + UUID + "/fork", {"n": 4})
+        tap.ok(a.status == 404, "a fork of an unknown sandbox is 404 before any cap", a)
+        tap.ok(capped.get("/v1/sandboxes").json()["sandboxes"] == [], "nothing is recorded for a refused create")
+    finally:
+        capped.cleanup()
     # The store survives a restart of the daemon.
     again = Daemon(nanovm, state_dir=d.state_dir).start()
     try:

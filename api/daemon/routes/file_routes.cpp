@@ -35,8 +35,8 @@ void add_file_routes(RouteContext& c) {
 
     c.router.add(RouteSpec{.method = "GET",
                            .pattern = "/v1/sandboxes/{id}/files",
-                           .summary = "Read a guest file, streamed as application/octet-stream",
-                           .errors = with({"file_too_large"}),
+                           .summary = "Read a guest file of any size, streamed as application/octet-stream",
+                           .errors = errors,
                            .response_schema = "binary",
                            .query = {kPathParam}},
                  [&m](http::Request& req) {
@@ -45,10 +45,6 @@ void add_file_routes(RouteContext& c) {
                      const agent::proto::FileInfo info = m.stat_file(id, path);
                      if (info.type != agent::proto::FileType::kRegular)
                          throw ApiError("path_conflict", fmt::format("{}: not a regular file", path));
-                     if (info.size > m.options().max_file_bytes)
-                         throw ApiError("file_too_large", fmt::format("{} is {} bytes; the daemon's limit is {} "
-                                                                      "(--max-file-size)",
-                                                                      path, info.size, m.options().max_file_bytes));
                      http::Response r;
                      r.content_type = "application/octet-stream";
                      r.stream = [&m, id, path](http::StreamSink& sink) {

@@ -36,7 +36,7 @@ struct ManagerOptions {
     int64_t default_timeout_s = 0;  ///< 0: none
     uint32_t max_running = 16;      ///< sandboxes holding a VMM (creating, running, paused, sleeping)
     uint64_t max_memory_mb = 0;     ///< their memory_mb summed
-    uint64_t max_file_bytes = 256u << 20;
+    uint64_t max_file_bytes = 256u << 20;  ///< a file write at most (reads are streamed, any size)
 };
 
 /// POST /v1/sandboxes.

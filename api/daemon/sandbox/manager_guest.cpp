@@ -119,11 +119,11 @@ uint64_t SandboxManager::read_file(const std::string& id, const std::string& pat
     try {
         client.read_file(path, [&](std::string_view chunk) {
             sent += chunk.size();
-            if (sent > options_.max_file_bytes || !sink(chunk)) throw ReadStopped{};
+            if (!sink(chunk)) throw ReadStopped{};
         });
     } catch (const ReadStopped&) {
-        // The client went away (or the file grew past the limit): the connection to
-        // the agent is dropped with the rest of the file.
+        // The client went away: the connection to the agent is dropped with the
+        // rest of the file.
     } catch (const agent::AgentError& e) {
         throw_guest_error(e, path);
     } catch (const agent::ConnectionError& e) {
