@@ -305,9 +305,20 @@ RestoredMachine restore_snapshot(const Kvm& kvm, const std::string& dir, MemoryB
     out.state_ms = ms_since(t);
 
     t = Clock::now();
-    GuestMemory memory = GuestMemory::create(source.state.machine.ram_bytes);
+    GuestMemory memory;
     auto sink = std::make_shared<UffdErrorSink>();
-    out.uffd = serve_snapshot(memory, dir, source, backend, sink, out.prefetch_pages);
+    if (backend == MemoryBackend::mapped) {
+        const std::string flat = ensure_flat_memory(dir);  // memory.layer itself for a full snapshot
+        const Fd fd(::open(flat.c_str(), O_RDONLY | O_CLOEXEC));
+        if (!fd) throw_errno("open " + flat);
+        if (LayerFile::open(flat).header().ram_bytes != source.state.machine.ram_bytes)
+            throw SnapshotError(fmt::format("{}: RAM size is not vm.state's ({} bytes)", flat,
+                                            source.state.machine.ram_bytes));
+        memory = GuestMemory::map_file_private(fd.get(), source.state.machine.ram_bytes, kLayerDataOffset);
+    } else {
+        memory = GuestMemory::create(source.state.machine.ram_bytes);
+        out.uffd = serve_snapshot(memory, dir, source, backend, sink, out.prefetch_pages);
+    }
     out.memory_ms = ms_since(t);
 
     t = Clock::now();
@@ -319,6 +330,7 @@ RestoredMachine restore_snapshot(const Kvm& kvm, const std::string& dir, MemoryB
 
 RestoredMachine restore_snapshot(std::unique_ptr<Machine> standby, const std::string& dir, MemoryBackend backend) {
     if (!standby) throw Error("restore_snapshot: no standby machine");
+    if (backend == MemoryBackend::mapped) throw Error("restore_snapshot: the mapped backend does not restore into a standby");
     RestoredMachine out;
     auto t = Clock::now();
     const SnapshotSource source = open_source(dir);

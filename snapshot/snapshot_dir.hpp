@@ -96,6 +96,13 @@ SnapshotStats write_diff_snapshot(const Kvm& kvm, Machine& machine, const std::s
 enum class MemoryBackend {
     file,  ///< on first touch only
     uffd,  ///< and first the pages the last uffd restore touched first (prefetch.pages)
+    /// The file backend before issue 18, for the density comparison (tools/bench) and
+    /// callers that never snapshot or fork the VM: memory.layer (or the flattened
+    /// memory.flat of a diff chain) mapped MAP_PRIVATE, so the pages a VM only reads
+    /// stay the page cache's, shared by every VM restored from it. Such RAM
+    /// (Backing::private_file) can be neither frozen nor write-protected on Linux
+    /// 6.1: its snapshots and forks copy it inside the pause. Not into a standby.
+    mapped,
 };
 
 /// A Machine restored from a snapshot, with what keeps its memory served. Members

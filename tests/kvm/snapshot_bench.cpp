@@ -24,12 +24,15 @@
 // as the VMM keeps them for `vm fork`); forkN_cold: started at the request. fork1_second: the same parent forked again (it keeps
 // its layer; the pages it wrote since go as a delta).
 // Usage: snapshot_bench --dir DIR [--runs N] [--where native|testhost]
-//                       [--copy freeze|background|in-pause] [--forks N,N...] [--paced] [--memory-only]
+//                       [--copy freeze|background|in-pause] [--forks N,N...] [--paced] [--memory-only] [--density]
 // --copy: freeze (the default, what the VMM does), background (write-protect every
 // populated page in the pause, copy after it) or in-pause (copy in the pause), for
 // before/after figures in one run.
 // --paced (for the driver): before each round "ready" is printed and a line read from
 // stdin (no guest of ours runs meanwhile); after it "round {JSON of its figures}"; no table.
+// --density: the PSS of 8 VMs restored from one snapshot with each backend (mapped:
+// the MAP_PRIVATE file mapping before issue 18; file, uffd: memfds served by
+// userfaultfd), each reading its 256 MiB; one JSON line.
 // --memory-only needs no /dev/kvm: it times just the memory-file side (non-zero
 // scan + base layer write, 16 MiB diff layer, flatten, map of the flat file) of the
 // same 1024 MiB memory with 256 MiB written, so it runs on any build machine.
@@ -426,10 +429,76 @@ void stop_checked(BenchVm& vm, const std::string& what) {
     if (reason.kind != StopReason::Kind::requested) throw Error(fmt::format("{}: the guest stopped: {}", what, reason.describe()));
 }
 
+// PSS and RSS (KiB) of process `pid` (/proc/PID/smaps_rollup).
+std::pair<uint64_t, uint64_t> pss_rss_kib(pid_t pid) {
+    FILE* f = std::fopen(fmt::format("/proc/{}/smaps_rollup", pid).c_str(), "r");
+    if (!f) throw_errno(fmt::format("open /proc/{}/smaps_rollup", pid));
+    char line[256];
+    uint64_t pss = 0, rss = 0, v = 0;
+    while (std::fgets(line, sizeof(line), f)) {
+        if (std::sscanf(line, "Pss: %lu kB", &v) == 1) pss = v;
+        if (std::sscanf(line, "Rss: %lu kB", &v) == 1) rss = v;
+    }
+    std::fclose(f);
+    return {pss, rss};
+}
+
+// Reads the child's output until it holds `text` (kept for collect).
+void wait_text(Child& child, const std::string& text) {
+    char buf[4096];
+    while (child.read.find(text) == std::string::npos) {
+        const ssize_t n = ::read(child.out.get(), buf, sizeof(buf));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) throw Error(fmt::format("the child exited before '{}': {}", text, child.read));
+        child.read.append(buf, static_cast<size_t>(n));
+    }
+}
+
+// --density: the memory 8 VMs restored from one snapshot hold (issue 18): a BenchVm
+// snapshot (1024 MiB, 256 MiB written), 8 snapshot_child processes restoring it at
+// once with `backend`, each reading a word of every page of the 256 MiB, then the
+// sum of their PSS and RSS while all 8 run.
+int density(const Kvm& kvm, const std::string& dir, const std::string& child, const std::string& where) {
+    const std::string snap = dir + "/density";
+    std::filesystem::remove_all(snap);
+    {
+        BenchVm vm(kvm);
+        vm.machine.pause();
+        snapshot::start_full_snapshot(kvm, vm.machine, snap, &vm.tracker)->wait_durable();
+        stop_checked(vm, "the density VM");
+    }
+    std::string json = fmt::format("{{\"case\": \"snapshot-density\", \"where\": \"{}\", \"vms\": 8", where);
+    std::cout << fmt::format("8 VMs restored from one snapshot (1024 MiB, 256 MiB non-zero), each reading the 256 MiB ({})\n",
+                             where);
+    for (const std::string backend : {"mapped", "file", "uffd"}) {
+        std::vector<Child> children;
+        for (int k = 0; k < 8; ++k)
+            children.push_back(spawn_child({child, "--dir", snap, "--backend", backend, "--touch-mib", "256", "--run-ms",
+                                            "3000"}));
+        for (Child& c : children) wait_text(c, "touched=");
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        uint64_t pss = 0, rss = 0;
+        for (const Child& c : children) {
+            const auto [p, r] = pss_rss_kib(c.pid);
+            pss += p;
+            rss += r;
+        }
+        for (Child& c : children) check_child(collect(c), backend + " restore");
+        std::cout << fmt::format("  {:<8} PSS {:8.1f} MiB  RSS {:8.1f} MiB (sums of the 8)\n", backend, pss / 1024.0,
+                                 rss / 1024.0);
+        json += fmt::format(", \"nanovm_restore8_{}_pss_mib\": {:.1f}, \"nanovm_restore8_{}_rss_mib\": {:.1f}", backend,
+                            pss / 1024.0, backend, rss / 1024.0);
+    }
+    std::filesystem::remove_all(snap);
+    std::cout << json << "}" << std::endl;
+    return 0;
+}
+
+
 int run(int argc, char** argv) {
     std::string dir, where = "unknown", child = test::snapshot_child_path();
     int runs = 3;
-    bool only_memory = false, paced = false;
+    bool only_memory = false, paced = false, only_density = false;
     std::vector<int> forks = {1, 4};
     snapshot::CopyMode mode = snapshot::CopyMode::freeze;
     for (int i = 1; i < argc; ++i) {
@@ -440,6 +509,10 @@ int run(int argc, char** argv) {
         }
         if (a == "--paced") {
             paced = true;
+            continue;
+        }
+        if (a == "--density") {
+            only_density = true;
             continue;
         }
         if (a == "--dir" && i + 1 < argc) dir = argv[++i];
@@ -461,13 +534,14 @@ int run(int argc, char** argv) {
             else throw Error("--copy is freeze, background or in-pause");
         } else
             throw Error("usage: snapshot_bench --dir DIR [--runs N] [--where native|testhost] "
-                        "[--copy freeze|background|in-pause] [--forks N,N...] [--paced] [--memory-only]");
+                        "[--copy freeze|background|in-pause] [--forks N,N...] [--paced] [--memory-only] [--density]");
     }
     if (dir.empty()) throw Error("--dir is required");
     std::filesystem::create_directories(dir);
     if (only_memory) return memory_only(dir, runs, where);
 
     const Kvm kvm = Kvm::open();
+    if (only_density) return density(kvm, dir, child, where);
     std::cout << kRestoredPath << std::endl;
     std::map<std::string, Series> s;
     for (int r = 0; r < runs; ++r) {

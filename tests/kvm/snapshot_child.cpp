@@ -29,6 +29,8 @@
 // --mark V: right after the restore, store the dword V at GPA kMarkGpa (20 MiB);
 // after --run-ms, print mark=V' as read back then (another VM's store would show).
 //   uffd_faults=N, stop=<reason>; error=<message> and exit 1 on failure.
+// --touch-mib N: right after the restore, read a word of each page of [32 MiB, +N MiB)
+//   (touched=<sum>, flushed): a VM that reads what it was restored with
 // with --until-running (for tools/bench/run snapshot: restore and fork "until the
 // vCPUs run"): runs until every vCPU's counter has moved on from its restored value,
 // then pauses at once and checks that each counter went on from exactly there:
@@ -97,7 +99,8 @@ std::vector<int> fd_list(const std::string& list) {
 snapshot::MemoryBackend parse_backend(const std::string& name) {
     if (name == "file") return snapshot::MemoryBackend::file;
     if (name == "uffd") return snapshot::MemoryBackend::uffd;
-    throw Error("a backend is file or uffd, not '" + name + "'");
+    if (name == "mapped") return snapshot::MemoryBackend::mapped;
+    throw Error("a backend is file, uffd or mapped, not '" + name + "'");
 }
 
 // A standby's fork claim "PID STATE_FD,MEMFD[,MEMFD] [DELTA_FD]" (fds of process PID,
@@ -201,6 +204,7 @@ int run(int argc, char** argv) {
     int fork_delta = -1;
     std::optional<uint32_t> mark;
     int run_ms = 0;
+    uint64_t touch_mib = 0;
     bool want_ram_crc = false, until_running = false;
     std::vector<uint64_t> samples;
     for (int i = 1; i < argc; ++i) {
@@ -221,12 +225,13 @@ int run(int argc, char** argv) {
         else if (a == "--standby") standby = next();
         else if (a == "--mark") mark = static_cast<uint32_t>(std::stoul(next(), nullptr, 0));
         else if (a == "--ram-crc") want_ram_crc = true;
+        else if (a == "--touch-mib") touch_mib = std::stoul(next());
         else if (a == "--until-running") until_running = true;
         else throw Error("unknown argument " + a);
     }
     if (dir.empty() + fork_fds.empty() + standby.empty() != 2)
         throw Error("one of --dir, --fork-fds and --standby is required");
-    (void)parse_backend(backend);
+    (void)parse_backend(backend);  // checked before anything starts
     if (!snapshot_to.empty() && dir.empty()) throw Error("--snapshot-to needs --dir (the diff's parent)");
 
     const Kvm kvm = Kvm::open();
@@ -265,6 +270,12 @@ int run(int argc, char** argv) {
     GuestMemory& memory = machine.memory();
     if (until_running) return run_until_running(machine, t);
     if (want_ram_crc) std::cout << fmt::format("ram_crc={:#010x}\n", test::ram_crc(memory));
+    if (touch_mib > 0) {
+        // Reads [32 MiB, + touch_mib) (the benchmark's written data), a word per page.
+        uint64_t sum = 0;
+        for (uint64_t off = 0; off < touch_mib * MiB; off += kPageSize) sum += memory.read<uint64_t>(Gpa(32 * MiB + off));
+        std::cout << fmt::format("touched={:#x}\n", sum) << std::flush;
+    }
     for (uint64_t gpa : samples)
         std::cout << fmt::format("sample_{:#x}={:#010x}\n", gpa, test::memory_crc(memory, gpa, kPageSize));
     std::vector<std::vector<uint8_t>> areas;
