@@ -317,7 +317,7 @@ void fork_once(const Kvm& kvm, Machine& parent, snapshot::UffdServer* uffd, cons
         for (int k = 0; k < count; ++k) children.push_back(spawn_child(args));
     }
     Clock::time_point last_running = t;
-    double restore_call = 0;
+    double restore_call = 0, in_child = 0;
     std::vector<std::map<std::string, std::string>> outs;
     for (Child& c : children) outs.push_back(collect(c));  // all reaped before any check throws
     // The parent's old mappings go once the children run (the VMM does it on an
@@ -330,9 +330,11 @@ void fork_once(const Kvm& kvm, Machine& parent, snapshot::UffdServer* uffd, cons
         check_child(out, fmt::format("{} child {}", key, k));
         last_running = std::max(last_running, running_at(out));
         restore_call = std::max(restore_call, std::stod(out.at("restore_ms")));
+        in_child = std::max(in_child, std::stod(out.at("running_ms")));
     }
     f.add(key, std::chrono::duration<double, std::milli>(last_running - t).count());
     f.add(key + "_child_restore_call_max", restore_call);
+    f.add(key + "_child_running_max", in_child);  // the child's restore start -> its vCPUs run
 }
 
 const char* copy_mode_name(snapshot::CopyMode mode) {
@@ -343,6 +345,38 @@ const char* copy_mode_name(snapshot::CopyMode mode) {
     }
     return "?";
 }
+
+// Runs a Machine (its counter loops) on a thread until stop().
+struct GuestRunner {
+    GuestRunner() = default;
+    GuestRunner(const GuestRunner&) = delete;
+    GuestRunner& operator=(const GuestRunner&) = delete;
+    ~GuestRunner() { (void)stop(); }
+    void start(Machine& m) {
+        machine = &m;
+        thread = std::thread([this] { reason = test::run_bounded(*machine, pio, mmio, std::chrono::hours(1)); });
+    }
+    /// Stops the guest (resumed first if paused); what stopped it. Idempotent.
+    const StopReason& stop() {
+        if (thread.joinable()) {
+            machine->resume();
+            machine->request_stop("bench done");
+            thread.join();
+        }
+        return reason;
+    }
+    /// stop(), throwing if the guest stopped for any other reason than that request.
+    void stop_checked(const std::string& what) {
+        if (stop().kind != StopReason::Kind::requested)
+            throw Error(fmt::format("{}: the guest stopped: {}", what, reason.describe()));
+    }
+
+    Machine* machine = nullptr;
+    test::RecordingPio pio;
+    test::RecordingMmio mmio;
+    StopReason reason;
+    std::thread thread;
+};
 
 // The bench's guest: a 1024 MiB / 2 vCPU probe logging dirty pages (KVM's log and a
 // DirtyTracker), 256 MiB written by the VMM, its counter loops running on a thread
@@ -355,20 +389,8 @@ struct BenchVm {
         machine.memory().set_dirty_tracker(&tracker);
         fill(machine.memory(), 32 * MiB, 256 * MiB, 0x5a5a5a5a5a5a5a5aULL);
         test::install_counter_loops(machine);
-        runner = std::thread([this] { reason = test::run_bounded(machine, pio, mmio, std::chrono::hours(1)); });
+        run.start(machine);
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    }
-    BenchVm(const BenchVm&) = delete;
-    BenchVm& operator=(const BenchVm&) = delete;
-    ~BenchVm() { (void)stop(); }
-    /// Stops the guest (resumed first if paused); what stopped it. Idempotent.
-    const StopReason& stop() {
-        if (runner.joinable()) {
-            machine.resume();
-            machine.request_stop("bench done");
-            runner.join();
-        }
-        return reason;
     }
     static std::vector<DirtyTracker::Range> ranges_of(const GuestMemory& memory) {
         std::vector<DirtyTracker::Range> ranges;
@@ -378,10 +400,7 @@ struct BenchVm {
 
     Machine machine;
     DirtyTracker tracker;
-    test::RecordingPio pio;
-    test::RecordingMmio mmio;
-    StopReason reason;
-    std::thread runner;
+    GuestRunner run;  // stopped first (members in reverse order)
 };
 
 // A VM restored (file backend, in this process) from the BenchVm snapshot `dir`, its
@@ -390,31 +409,13 @@ struct BenchVm {
 struct RestoredBenchVm {
     RestoredBenchVm(const Kvm& kvm, const std::string& dir, uint64_t salt)
         : vm(snapshot::restore_snapshot(kvm, dir, snapshot::MemoryBackend::file)) {
-        runner = std::thread([this] { reason = test::run_bounded(*vm.machine, pio, mmio, std::chrono::hours(1)); });
+        run.start(*vm.machine);
         fill(vm.machine->memory(), 32 * MiB, 256 * MiB, salt);
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    RestoredBenchVm(const RestoredBenchVm&) = delete;
-    RestoredBenchVm& operator=(const RestoredBenchVm&) = delete;
-    ~RestoredBenchVm() { (void)stop(); }
-    const StopReason& stop() {
-        if (runner.joinable()) {
-            vm.machine->resume();
-            vm.machine->request_stop("bench done");
-            runner.join();
-        }
-        return reason;
-    }
-    void stop_checked(const std::string& what) {
-        if (stop().kind != StopReason::Kind::requested)
-            throw Error(fmt::format("{}: the guest stopped: {}", what, reason.describe()));
-    }
 
     snapshot::RestoredMachine vm;
-    test::RecordingPio pio;
-    test::RecordingMmio mmio;
-    StopReason reason;
-    std::thread runner;
+    GuestRunner run;
 };
 
 // What the restored-VM figures run on (the issue asks the bench to say).
@@ -423,11 +424,6 @@ constexpr const char* kRestoredPath =
     "userfaultfd MISSING from the snapshot's layers, frozen in the pause (mremap + MAP_PRIVATE), write-protected "
     "on shmem after: the 6.1-compatible path (no userfaultfd on MAP_PRIVATE file mappings)";
 
-// Stops `vm`; throws if its guest stopped for any other reason than the bench's request.
-void stop_checked(BenchVm& vm, const std::string& what) {
-    const StopReason& reason = vm.stop();
-    if (reason.kind != StopReason::Kind::requested) throw Error(fmt::format("{}: the guest stopped: {}", what, reason.describe()));
-}
 
 // PSS and RSS (KiB) of process `pid` (/proc/PID/smaps_rollup).
 std::pair<uint64_t, uint64_t> pss_rss_kib(pid_t pid) {
@@ -465,7 +461,7 @@ int density(const Kvm& kvm, const std::string& dir, const std::string& child, co
         BenchVm vm(kvm);
         vm.machine.pause();
         snapshot::start_full_snapshot(kvm, vm.machine, snap, &vm.tracker)->wait_durable();
-        stop_checked(vm, "the density VM");
+        vm.run.stop_checked("the density VM");
     }
     std::string json = fmt::format("{{\"case\": \"snapshot-density\", \"where\": \"{}\", \"vms\": 8", where);
     std::cout << fmt::format("8 VMs restored from one snapshot (1024 MiB, 256 MiB non-zero), each reading the 256 MiB ({})\n",
@@ -617,7 +613,7 @@ int run(int argc, char** argv) {
             t = Clock::now();
             machine.resume();
             f.add("resume", ms_since(t));
-            stop_checked(vm, "the snapshot VM");
+            vm.run.stop_checked("the snapshot VM");
 
             // the file backend's memory file: a full snapshot's layer is mapped as it is,
             // after one check against the manifest (write_manifest already did it: cached)
@@ -647,7 +643,7 @@ int run(int argc, char** argv) {
             ppending->wait_durable();
             f.add("paused_durable", ms_since(t));
             ppending.reset();
-            stop_checked(vm, "the leave-paused VM");
+            vm.run.stop_checked("the leave-paused VM");
         }
 
         // fork n (snapshot/fork_image.hpp), each of a fresh parent: pause, freeze its
@@ -669,7 +665,7 @@ int run(int argc, char** argv) {
                     fork_once(kvm, parent, nullptr, child, shape, second ? 1 : n, standby,
                               second ? "fork1_second" : name, f);
                 }
-                stop_checked(vm, "the fork parent");
+                vm.run.stop_checked("the fork parent");
             }
         }
         {
@@ -689,16 +685,18 @@ int run(int argc, char** argv) {
                 const snapshot::SnapshotStats stats = pending->wait_durable();
                 f.add("snapshot_of_restored_durable", ms_since(t));
                 f.add("snapshot_of_restored_pages", static_cast<double>(stats.present_pages));
+                f.add("snapshot_of_restored_state", stats.state_ms);
+                f.add("snapshot_of_restored_freeze", stats.freeze_ms);
                 pending.reset();
                 if (!stats.fallback.empty()) std::cout << "fallback: snapshot of restored: " << stats.fallback << "\n";
                 if (!stats.background) throw Error("the snapshot of a restored VM copied its memory in the pause");
-                vm.stop_checked("the restored VM");
+                vm.run.stop_checked("the restored VM");
             }
             for (const int n : forks) {
                 RestoredBenchVm vm(kvm, src, 0x8888888800000000ULL + static_cast<uint64_t>(r));
                 fork_once(kvm, *vm.vm.machine, vm.vm.uffd.get(), child, shape, n, true,
                           fmt::format("fork{}_of_restored", n), f);
-                vm.stop_checked("the restored fork parent");
+                vm.run.stop_checked("the restored fork parent");
             }
             {
                 // Restore into a standby (a VMM made ahead, as fork children use):
