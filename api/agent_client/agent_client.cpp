@@ -63,6 +63,10 @@ struct AgentClient::Pending {
                          kJobList = kJobListRequest, kJobAttach = kJobAttachRequest;
     int kind = kOk;
     bool done = false;
+    /// Its answer is a command's or job's end, which may take as long as the program
+    /// runs: bounded by `end` (if any) and the connection's deadline, not by
+    /// reply_timeout.
+    bool awaits_end = false;
     /// A command's own bound: started + timeout + exit_grace (none without a timeout).
     std::optional<std::chrono::steady_clock::time_point> end;
     std::optional<proto::ErrorReport> error;
@@ -175,6 +179,7 @@ RequestId AgentClient::next_id() {
 AgentClient::Pending& AgentClient::add_pending(RequestId id, int kind) {
     auto p = std::make_unique<Pending>();
     p->kind = kind;
+    p->awaits_end = kind == Pending::kExec;  // a command's (or session run's) end
     Pending& ref = *p;
     pending_[id] = std::move(p);
     return ref;
@@ -376,10 +381,10 @@ void AgentClient::wait_done(RequestId id) {
         if (it == pending_.end()) throw std::invalid_argument("no request " + std::to_string(id) + " in flight");
         const Pending& p = *it->second;
         if (p.done) return;
-        // A command's end: its own bound (or none); anything else: reply_timeout idle.
-        const std::optional<Clock::time_point> until = p.kind == Pending::kExec ? p.end : idle_deadline();
-        pump_until(until, p.kind == Pending::kExec ? "the end of command " + std::to_string(id)
-                                                   : "the answer to request " + std::to_string(id));
+        // A command's or job's end: its own bound (or none); anything else: reply_timeout idle.
+        const std::optional<Clock::time_point> until = p.awaits_end ? p.end : idle_deadline();
+        pump_until(until, p.awaits_end ? "the end of command " + std::to_string(id)
+                                       : "the answer to request " + std::to_string(id));
     }
 }
 
@@ -705,6 +710,7 @@ RequestId AgentClient::attach_job(uint64_t job, uint64_t stdout_from, uint64_t s
     const RequestId id = next_id();
     Pending& p = add_pending(id, Pending::kJobAttach);
     p.on_job_output = std::move(on_output);
+    p.awaits_end = follow;
     send(MessageType::kJobAttach, id, proto::encode(proto::JobAttach{job, stdout_from, stderr_from, follow}));
     return id;
 }
@@ -732,7 +738,7 @@ void AgentClient::job_signal(uint64_t job, int signal) {
 ExitStatus AgentClient::wait_job(uint64_t job) {
     require_jobs("wait_job");
     const RequestId id = next_id();
-    add_pending(id, Pending::kJobAttach);
+    add_pending(id, Pending::kJobAttach).awaits_end = true;
     send(MessageType::kJobWait, id, proto::encode(proto::JobRef{job}));
     return take(id).result.status;
 }

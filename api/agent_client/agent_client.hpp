@@ -13,9 +13,10 @@
 //
 // Every wait on the agent has a deadline (the guest is not trusted to answer): a
 // request the agent answers by itself (files, stat, sessions, shutdown, resync,
-// ping) waits at most ClientLimits::reply_timeout without progress; a command's end
-// is awaited until its timeout plus ClientLimits::exit_grace when it has a timeout
-// (a command without one may run, silently, as long as it likes); and set_deadline()
+// ping, jobs' start/list/stdin/signal/forget) waits at most ClientLimits::reply_timeout
+// without progress; a command's end (wait(), a followed attach_job, wait_job) is
+// awaited until its timeout plus ClientLimits::exit_grace when it has a timeout (a
+// command or job without one may run, silently, as long as it likes); and set_deadline()
 // bounds every wait of the connection at once (a stop, a boot). Past any of these
 // the call throws TimeoutError.
 //
@@ -134,9 +135,10 @@ struct ClientLimits {
     /// Entries of one list() (beyond: AgentError E2BIG, client-side).
     size_t max_list_entries = 1'000'000;
     /// The longest a request the agent answers by itself (everything but a
-    /// command's end: files, list, stat, mkdir, remove, chmod, sessions, shutdown,
-    /// resync, ping) waits while the agent makes no progress (no frame received and
-    /// none of our bytes taken): then TimeoutError.
+    /// command's or job's end: files, list, stat, mkdir, remove, chmod, sessions,
+    /// shutdown, resync, ping, the job requests but a followed attach and wait_job)
+    /// waits while the agent makes no progress (no frame received and none of our
+    /// bytes taken): then TimeoutError.
     std::chrono::milliseconds reply_timeout{60'000};
     /// How long past a command's own timeout (Command::timeout, a session run's
     /// timeout) the client waits for the agent to report its end (the agent kills

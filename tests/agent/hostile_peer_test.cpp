@@ -190,6 +190,22 @@ TEST_CASE("a command without a timeout has no bound of its own; set_deadline sti
     CHECK_THROWS_AS(client.poll(10ms), TimeoutError);  // past the deadline: every wait refuses
 }
 
+TEST_CASE("a job's end is awaited past reply_timeout (a job may run silently), up to the connection's deadline",
+          "[agent][hostile][jobs]") {
+    FakeAgent peer;
+    AgentClient client = peer.connect();
+    ClientLimits limits;
+    limits.reply_timeout = 200ms;
+    client.set_limits(limits);
+    const auto t0 = Clock::now();
+    client.set_deadline(t0 + 700ms);
+    SECTION("wait_job") { CHECK_THROWS_AS(client.wait_job(1), TimeoutError); }
+    SECTION("a followed attach") { CHECK_THROWS_AS(client.wait(client.attach_job(1, 0, 0, true)), TimeoutError); }
+    const double took = seconds_since(t0);
+    CHECK(took >= 0.69);
+    CHECK(took < 3.0);
+}
+
 TEST_CASE("errno names and messages from the agent are printable-only", "[agent][hostile]") {
     const std::string evil_name = "E\x1b[2J\rNOENT";
     const std::string evil_message = "open \x1b]0;owned\x07/x\n\xc2\x9b" "31m \xe2\x80\xae" "txt.exe \xff";
