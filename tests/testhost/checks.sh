@@ -44,6 +44,8 @@ if "$kvm_tests" >"$work/kvm_tests.log" 2>&1; then
 else
   not_ok "probe-guest suite (tests/kvm) passes on kvm_amd"; diag "$work/kvm_tests.log" 40
 fi
+# Its probes triple-fault on purpose, which stopped the kvm trace: start it afresh.
+[ "${NANOVM_TESTHOST_TRACE:-1}" = 0 ] || "$testhost_tools/kvm-trace" start 2>/dev/null
 
 # 2. Boots across the shape matrix: nproc and MemTotal seen from inside the guest.
 for shape in 1:128 2:1024 4:4096 4:128 1:4096; do
