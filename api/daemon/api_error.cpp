@@ -62,6 +62,12 @@ http::Response error_response(std::string_view code, const std::string& message)
     return r;
 }
 
+http::Response no_content() {
+    http::Response r;
+    r.status = 204;
+    return r;
+}
+
 http::Response error_response(const ApiError& error) { return error_response(error.code(), error.what()); }
 
 }  // namespace nanovm::daemon

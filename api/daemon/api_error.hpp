@@ -43,6 +43,9 @@ private:
 http::Response error_response(std::string_view code, const std::string& message);
 http::Response error_response(const ApiError& error);
 
+/// An empty 204 No Content response.
+http::Response no_content();
+
 /// A JSON response (status, body = value.dump(); invalid UTF-8 replaced).
 template <class Json>
 http::Response json_response(int status, const Json& value) {

@@ -2,7 +2,6 @@
 #include "api/daemon/auth.hpp"
 
 #include <fcntl.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "api/daemon/random_bytes.hpp"
 #include "vmm/error.hpp"
 #include "vmm/fd.hpp"
 
@@ -52,13 +52,7 @@ std::string load_or_make_token(const std::string& path) {
         throw_errno("create " + path);
     }
     unsigned char bytes[kTokenBytes];
-    size_t got = 0;
-    while (got < sizeof(bytes)) {
-        const ssize_t n = ::getrandom(bytes + got, sizeof(bytes) - got, 0);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) throw_errno("getrandom");
-        got += static_cast<size_t>(n);
-    }
+    random_bytes(bytes, sizeof(bytes));
     std::string token;
     for (unsigned char b : bytes) token += fmt::format("{:02x}", b);
     const std::string line = token + "\n";

@@ -90,9 +90,7 @@ void add_file_routes(RouteContext& c) {
                      const std::string path = guest_path(req);
                      if (path == "/") throw ApiError("invalid_path", "will not remove /");
                      m.remove_path(req.params["id"], path, query_bool(req, "recursive").value_or(false));
-                     http::Response r;
-                     r.status = 204;
-                     return r;
+                     return no_content();
                  });
 
     c.router.add(RouteSpec{.method = "GET",

@@ -114,9 +114,7 @@ void add_sandbox_routes(RouteContext& c) {
                            .errors = {"sandbox_not_found", "wrong_state"}},
                  [&m](http::Request& req) {
                      m.remove(req.params["id"]);
-                     http::Response r;
-                     r.status = 204;
-                     return r;
+                     return no_content();
                  });
 
     c.router.add(RouteSpec{.method = "POST",

@@ -112,9 +112,7 @@ void add_snapshot_routes(RouteContext& c) {
                            .errors = {"snapshot_not_found", "wrong_state"}},
                  [&m](http::Request& req) {
                      m.remove_snapshot(req.params["id"]);
-                     http::Response r;
-                     r.status = 204;
-                     return r;
+                     return no_content();
                  });
 }
 

@@ -3,7 +3,6 @@
 // manager_snapshots.cpp.
 #include "api/daemon/sandbox/manager.hpp"
 
-#include <sys/random.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -13,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "api/daemon/api_error.hpp"
+#include "api/daemon/random_bytes.hpp"
 #include "api/daemon/store/file_refs.hpp"
 #include "api/vm/state_dir.hpp"
 #include "snapshot/manifest.hpp"
@@ -27,13 +27,7 @@ using store::SnapshotRecord;
 
 std::string new_uuid() {
     unsigned char b[16];
-    size_t got = 0;
-    while (got < sizeof(b)) {
-        const ssize_t n = ::getrandom(b + got, sizeof(b) - got, 0);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) throw_errno("getrandom");
-        got += static_cast<size_t>(n);
-    }
+    random_bytes(b, sizeof(b));
     b[6] = static_cast<unsigned char>((b[6] & 0x0f) | 0x40);  // version 4
     b[8] = static_cast<unsigned char>((b[8] & 0x3f) | 0x80);  // RFC 4122 variant
     std::string out;

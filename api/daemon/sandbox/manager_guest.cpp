@@ -31,6 +31,19 @@ using Clock = std::chrono::steady_clock;
 // A sink that asked to stop a file read.
 struct ReadStopped {};
 
+// Runs `fn` on a new connection to the sandbox's agent, turning the guest's refusals
+// into catalogue errors about `path`.
+template <class Fn>
+auto guest_call(agent::AgentClient client, const std::string& path, Fn&& fn) {
+    try {
+        return fn(client);
+    } catch (const agent::AgentError& e) {
+        throw_guest_error(e, path);
+    } catch (const agent::ConnectionError& e) {
+        throw ApiError("vm_error", fmt::format("the guest agent's connection broke: {}", e.what()));
+    }
+}
+
 std::string parent_of(const std::string& path) {
     const size_t slash = path.find_last_of('/');
     return slash == 0 || slash == std::string::npos ? std::string("/") : path.substr(0, slash);
@@ -102,83 +115,47 @@ ExecOutcome SandboxManager::exec(const std::string& id, const ExecRequest& reque
 }
 
 agent::proto::FileInfo SandboxManager::stat_file(const std::string& id, const std::string& path) {
-    agent::AgentClient client = agent_for(id);
-    try {
-        return client.stat(path);
-    } catch (const agent::AgentError& e) {
-        throw_guest_error(e, path);
-    } catch (const agent::ConnectionError& e) {
-        throw ApiError("vm_error", e.what());
-    }
+    return guest_call(agent_for(id), path, [&](agent::AgentClient& c) { return c.stat(path); });
 }
 
 uint64_t SandboxManager::read_file(const std::string& id, const std::string& path,
                                    const std::function<bool(std::string_view)>& sink) {
-    agent::AgentClient client = agent_for(id);
     uint64_t sent = 0;
     try {
-        client.read_file(path, [&](std::string_view chunk) {
-            sent += chunk.size();
-            if (!sink(chunk)) throw ReadStopped{};
+        guest_call(agent_for(id), path, [&](agent::AgentClient& c) {
+            c.read_file(path, [&](std::string_view chunk) {
+                sent += chunk.size();
+                if (!sink(chunk)) throw ReadStopped{};
+            });
         });
     } catch (const ReadStopped&) {
         // The client went away: the connection to the agent is dropped with the
         // rest of the file.
-    } catch (const agent::AgentError& e) {
-        throw_guest_error(e, path);
-    } catch (const agent::ConnectionError& e) {
-        throw ApiError("vm_error", e.what());
     }
     return sent;
 }
 
 uint64_t SandboxManager::write_file(const std::string& id, const std::string& path, std::string_view data,
                                     uint32_t mode) {
-    agent::AgentClient client = agent_for(id);
-    try {
+    return guest_call(agent_for(id), path, [&](agent::AgentClient& c) {
         const std::string parent = parent_of(path);
-        if (parent != "/") client.mkdir(parent, 0755, /*parents=*/true);
+        if (parent != "/") c.mkdir(parent, 0755, /*parents=*/true);
         agent::WriteOptions options;
         options.mode = mode;
-        return client.write_file(path, data, options);
-    } catch (const agent::AgentError& e) {
-        throw_guest_error(e, path);
-    } catch (const agent::ConnectionError& e) {
-        throw ApiError("vm_error", e.what());
-    }
+        return c.write_file(path, data, options);
+    });
 }
 
 std::vector<agent::proto::DirEntry> SandboxManager::list_dir(const std::string& id, const std::string& path) {
-    agent::AgentClient client = agent_for(id);
-    try {
-        return client.list(path);
-    } catch (const agent::AgentError& e) {
-        throw_guest_error(e, path);
-    } catch (const agent::ConnectionError& e) {
-        throw ApiError("vm_error", e.what());
-    }
+    return guest_call(agent_for(id), path, [&](agent::AgentClient& c) { return c.list(path); });
 }
 
 void SandboxManager::make_dir(const std::string& id, const std::string& path, bool parents) {
-    agent::AgentClient client = agent_for(id);
-    try {
-        client.mkdir(path, 0755, parents);
-    } catch (const agent::AgentError& e) {
-        throw_guest_error(e, path);
-    } catch (const agent::ConnectionError& e) {
-        throw ApiError("vm_error", e.what());
-    }
+    guest_call(agent_for(id), path, [&](agent::AgentClient& c) { c.mkdir(path, 0755, parents); });
 }
 
 void SandboxManager::remove_path(const std::string& id, const std::string& path, bool recursive) {
-    agent::AgentClient client = agent_for(id);
-    try {
-        client.remove(path, recursive);
-    } catch (const agent::AgentError& e) {
-        throw_guest_error(e, path);
-    } catch (const agent::ConnectionError& e) {
-        throw ApiError("vm_error", e.what());
-    }
+    guest_call(agent_for(id), path, [&](agent::AgentClient& c) { c.remove(path, recursive); });
 }
 
 }  // namespace nanovm::daemon
