@@ -11,6 +11,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "api/cli/daemon_client.hpp"
+#include "api/client/api_client.hpp"
 #include "api/vm/paths.hpp"
 #include "vmm/error.hpp"
 #include "vmm/kvm.hpp"
@@ -73,6 +75,30 @@ FileStatus file_status(const std::string& path) {
     return status;
 }
 
+// Where the CLI looks for nanovmd (api/cli/daemon_client.hpp) and whether it answers.
+struct DaemonStatus {
+    std::string endpoint;  // "unix socket PATH" or the URL
+    bool answers = false;
+    std::string detail;    // its version and sandboxes, or why not
+};
+
+DaemonStatus daemon_status() {
+    DaemonStatus d;
+    try {
+        client::ApiClient api(cli::find_daemon(cli::ClientOptions{}));
+        d.endpoint = api.http().endpoint().describe();
+        const nlohmann::json health = api.get("/v1/health");
+        d.answers = true;
+        d.detail = fmt::format("answers (version {}, {} sandboxes)", cli::cell(health.value("version", nlohmann::json())),
+                               cli::cell(health.value("sandboxes", nlohmann::json())));
+    } catch (const client::Unreachable& e) {
+        d.detail = fmt::format("not running ({}); start it: nanovm daemon", e.what());
+    } catch (const std::exception& e) {
+        d.detail = fmt::format("does not answer: {}", e.what());
+    }
+    return d;
+}
+
 struct Report {
     KvmHostInfo host;
     std::optional<std::string> open_error;  // why /dev/kvm did not open
@@ -80,6 +106,7 @@ struct Report {
     std::vector<std::pair<const Capability*, int>> capabilities;
     FileStatus kernel;
     FileStatus initrd;
+    DaemonStatus daemon;
 };
 
 Report gather() {
@@ -98,6 +125,7 @@ Report gather() {
     }
     report.kernel = file_status(default_kernel_path());
     report.initrd = file_status(default_initrd_path());
+    report.daemon = daemon_status();
     return report;
 }
 
@@ -143,6 +171,9 @@ void print_text(const Report& r) {
     fmt::print("Guest\n");
     fmt::print("  {:<28} {}\n", "kernel", file_line(r.kernel, kBuildKernelCommand));
     fmt::print("  {:<28} {}\n", "initramfs", file_line(r.initrd, kBuildInitrdCommand));
+    fmt::print("Daemon (nanovmd)\n");
+    fmt::print("  {:<28} {}\n", "endpoint", r.daemon.endpoint.empty() ? "-" : r.daemon.endpoint);
+    fmt::print("  {:<28} {}\n", "status", r.daemon.detail);
 }
 
 void print_json(const Report& r) {
@@ -174,6 +205,7 @@ void print_json(const Report& r) {
     };
     j["guest"]["kernel"] = file(r.kernel, kBuildKernelCommand);
     j["guest"]["initramfs"] = file(r.initrd, kBuildInitrdCommand);
+    j["daemon"] = {{"endpoint", r.daemon.endpoint}, {"answers", r.daemon.answers}, {"detail", r.daemon.detail}};
     fmt::print("{}\n", j.dump(2));
 }
 

@@ -14,6 +14,8 @@
 #include "api/cli/exec_stream.hpp"
 #include "api/cli/exit_status.hpp"
 #include "api/cli/run_command.hpp"
+#include "api/cli/sandbox_command.hpp"
+#include "api/cli/snapshot_command.hpp"
 #include "api/cli/vm_command.hpp"
 #include "vmm/error.hpp"
 #include "vmm/log.hpp"
@@ -100,6 +102,10 @@ int main(int argc, char** argv) {
         CLI::App* run = add_run_command(app, run_options);
         VmCommandOptions vm_options;
         const VmCommands vm_commands = add_vm_commands(app, vm_options);
+        cli::SandboxOptions sandbox_options;
+        const cli::SandboxCommands sandbox_commands = cli::add_sandbox_commands(app, sandbox_options);
+        cli::SnapshotOptions snapshot_options;
+        const cli::SnapshotCommands snapshot_commands = cli::add_snapshot_commands(app, snapshot_options);
 
         // CLI11 answers an unknown command word (or an option where one belongs) with
         // "A subcommand is required": say what was wrong instead, for `nanovm WORD`
@@ -119,6 +125,12 @@ int main(int argc, char** argv) {
         if (argc > 1 && unknown_word(app, argv[1], "")) return exit_status::kUsage;
         if (argc > 2 && std::string_view(argv[1]) == "vm" && unknown_word(*vm_commands.vm, argv[2], "vm "))
             return exit_status::kUsage;
+        if (argc > 2 && std::string_view(argv[1]) == "sandbox" && !std::string_view(argv[2]).starts_with("-") &&
+            unknown_word(*sandbox_commands.group, argv[2], "sandbox "))
+            return exit_status::kUsage;
+        if (argc > 2 && std::string_view(argv[1]) == "snapshot" && !std::string_view(argv[2]).starts_with("-") &&
+            unknown_word(*snapshot_commands.group, argv[2], "snapshot "))
+            return exit_status::kUsage;
         try {
             app.parse(argc, argv);
         } catch (const CLI::ParseError& e) {
@@ -127,11 +139,14 @@ int main(int argc, char** argv) {
             // `run` and `vm exec` keep 0-124 for the command's own statuses
             // (api/cli/exec_stream.hpp): their usage errors are 125, not 2.
             const auto arg = [&](int i) { return argc > i ? std::string_view(argv[i]) : std::string_view(); };
-            const bool exec_like = arg(1) == "run" || (arg(1) == "vm" && arg(2) == "exec");
+            const bool exec_like =
+                arg(1) == "run" || ((arg(1) == "vm" || arg(1) == "sandbox") && arg(2) == "exec");
             return exec_like ? kExecNanovmError : exit_status::kUsage;
         }
         if (*run) return run_run(run_options);
         if (*daemon_cmd) return daemon::run_daemon(daemon_options);
+        if (*sandbox_commands.group) return cli::run_sandbox_command(sandbox_commands, sandbox_options);
+        if (*snapshot_commands.group) return cli::run_snapshot_command(snapshot_commands, snapshot_options);
         if (*vm_commands.vm || *vm_commands.vmm || *vm_commands.standby) return run_vm_command(vm_commands, vm_options);
         if (*boot) {
             try {

@@ -1,0 +1,435 @@
+// `nanovm sandbox ...` (sandbox_command.hpp).
+#include "api/cli/sandbox_command.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <iterator>
+#include <iostream>
+
+#include <fmt/format.h>
+
+#include "api/cli/exec_stream.hpp"
+#include "api/cli/run_command.hpp"
+#include "vmm/fd.hpp"
+#include "vmm/log.hpp"
+
+namespace nanovm::cli {
+
+namespace {
+
+using nlohmann::json;
+
+std::string sandbox_path(const std::string& id) { return "/v1/sandboxes/" + client::url_encode(id); }
+
+// Writes all of `data` to `fd`. Throws SysError.
+void write_all(int fd, std::string_view data) {
+    while (!data.empty()) {
+        const ssize_t n = ::write(fd, data.data(), data.size());
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) throw_errno("write");
+        data.remove_prefix(static_cast<size_t>(n));
+    }
+}
+
+std::string source_of(const json& s) {
+    if (s["parent_id"].is_string()) return "fork of " + s["parent_id"].get<std::string>().substr(0, 8);
+    if (s["snapshot_id"].is_string()) return "snapshot " + s["snapshot_id"].get<std::string>().substr(0, 8);
+    return cell(s["image"]);
+}
+
+std::string labels_text(const json& metadata) {
+    std::string out;
+    for (const auto& [k, v] : metadata.items()) out += (out.empty() ? "" : ",") + k + "=" + cell(v);
+    return out.empty() ? "-" : out;
+}
+
+int create(client::ApiClient& api, const SandboxOptions& o) {
+    json body = json::object();
+    if (!o.image.empty()) body["image"] = o.image;
+    if (!o.snapshot_id.empty()) body["snapshot_id"] = resolve_id(api, "snapshot", o.snapshot_id);
+    if (o.cpus) body["cpus"] = *o.cpus;
+    if (o.memory_mb) body["memory_mb"] = *o.memory_mb;
+    if (o.timeout_s) body["timeout_s"] = *o.timeout_s;
+    if (o.disable_internet) body["disable_internet"] = true;
+    if (!o.labels.empty()) body["metadata"] = labels_json(o.labels, "--label");
+    json sandbox;
+    {
+        Progress progress(o.snapshot_id.empty() ? "creating a sandbox" : "restoring a snapshot into a sandbox");
+        sandbox = api.post("/v1/sandboxes", body);
+    }
+    if (o.client.json)
+        print_json(sandbox);
+    else
+        std::printf("%s\n", sandbox["id"].get<std::string>().c_str());
+    return kOk;
+}
+
+int list(client::ApiClient& api, const SandboxOptions& o) {
+    std::string target = "/v1/sandboxes";
+    std::string query;
+    if (!o.state.empty()) query += "&state=" + client::url_encode(o.state);
+    for (const auto& [k, v] : labels_json(o.labels, "--label").items())
+        query += "&metadata." + client::url_encode(k) + "=" + client::url_encode(v.get<std::string>());
+    if (!query.empty()) target += "?" + query.substr(1);
+    const json all = list_all(api, target, "sandboxes");
+    if (o.client.json) {
+        print_json(all);
+        return kOk;
+    }
+    std::vector<std::vector<std::string>> rows;
+    for (const json& s : all)
+        rows.push_back({cell(s["id"]), cell(s["state"]), cell(s["cpus"]), cell(s["memory_mb"]) + "M", source_of(s),
+                        cell(s["created_at"]), cell(s["end_at"]), labels_text(s["metadata"])});
+    print_table({"ID", "STATE", "CPUS", "MEMORY", "SOURCE", "CREATED", "END_AT", "LABELS"}, rows);
+    return kOk;
+}
+
+void print_fields(const json& object) {
+    size_t width = 0;
+    for (const auto& [k, v] : object.items()) width = std::max(width, k.size());
+    for (const auto& [k, v] : object.items()) {
+        const std::string text = v.is_object() ? (v.empty() ? "-" : labels_text(v)) : cell(v);
+        std::printf("%-*s  %s\n", static_cast<int>(width + 1), (k + ":").c_str(), text.c_str());
+    }
+}
+
+int get(client::ApiClient& api, const SandboxOptions& o) {
+    const json s = api.get(sandbox_path(resolve_id(api, "sandbox", o.id)));
+    if (o.client.json)
+        print_json(s);
+    else
+        print_fields(s);
+    return kOk;
+}
+
+// The NDJSON lines of a streamed exec (docs/api.md): output written as it comes,
+// the exit line kept.
+class ExecStream {
+public:
+    void feed(std::string_view piece) {
+        pending_.append(piece);
+        size_t start = 0;
+        for (size_t nl; (nl = pending_.find('\n', start)) != std::string::npos; start = nl + 1)
+            line(std::string_view(pending_).substr(start, nl - start));
+        pending_.erase(0, start);
+    }
+
+    /// The exit status for this process (see kExecHelp).
+    int status(const std::string& id, std::optional<int64_t> timeout_s) const {
+        if (error_) {
+            log_line(fmt::format("sandbox {}: {} ({})", id, (*error_).value("message", ""), (*error_).value("code", "")));
+            return kExecNanovmError;
+        }
+        if (!exit_) {
+            log_line(fmt::format("sandbox {}: the daemon's answer ended without the command's exit", id));
+            return kExecNanovmError;
+        }
+        if ((*exit_).value("timed_out", false)) {
+            log_line(fmt::format("the command timed out after {} s and was killed", timeout_s.value_or(0)));
+            return kExecTimedOut;
+        }
+        return (*exit_).value("exit_code", kExecNanovmError);
+    }
+
+private:
+    void line(std::string_view text) {
+        if (text.empty()) return;
+        const json j = json::parse(text, nullptr, false);
+        if (!j.is_object()) throw Error(fmt::format("the daemon sent a line that is not JSON: {}", text.substr(0, 80)));
+        const std::string type = j.value("type", "");
+        if (type == "stdout" || type == "stderr") {
+            write_all(type == "stdout" ? STDOUT_FILENO : STDERR_FILENO, j.value("data", ""));
+        } else if (type == "exit") {
+            // A command that could not start: the agent's reason comes as stderr.
+            if (j.contains("stderr") && j["stderr"].is_string()) write_all(STDERR_FILENO, j["stderr"].get<std::string>());
+            exit_ = j;
+        } else if (type == "error") {
+            error_ = j.value("error", json::object());
+        }
+    }
+
+    std::string pending_;
+    std::optional<json> exit_, error_;
+};
+
+int exec(client::ApiClient& api, const SandboxOptions& o) {
+    if (o.argv.empty() || o.argv.front().empty()) throw UsageError("no command: nanovm sandbox exec ID -- CMD ARGS...");
+    const std::string id = resolve_id(api, "sandbox", o.id);
+    json body{{"argv", o.argv}, {"stream", !o.client.json}};
+    if (!o.env.empty()) body["env"] = labels_json(o.env, "--env");
+    if (!o.cwd.empty()) body["cwd"] = o.cwd;
+    if (!o.user.empty()) body["user"] = o.user;
+    if (o.timeout_s) body["timeout_s"] = *o.timeout_s;
+    if (o.stdin_data) body["stdin"] = std::string(std::istreambuf_iterator<char>(std::cin), {});
+    if (o.client.json) {
+        const json result = api.post(sandbox_path(id) + "/exec", body);
+        print_json(result);
+        if (result.value("timed_out", false)) return kExecTimedOut;
+        return result.value("exit_code", kExecNanovmError);
+    }
+    ExecStream stream;
+    client::RequestBody rb;
+    rb.data = body.dump();
+    const client::Response r =
+        api.http().request("POST", sandbox_path(id) + "/exec", rb, [&](std::string_view piece) { stream.feed(piece); });
+    client::throw_if_error(r);
+    return stream.status(id, o.timeout_s);
+}
+
+// One side of `sandbox cp`: ID:/GUEST_PATH (ID: a sandbox id or a prefix of one) or a host path.
+struct CopySide {
+    std::optional<std::string> id;
+    std::string path;
+};
+
+CopySide copy_side(const std::string& text) {
+    if (text.empty()) throw UsageError("cp: an empty path");
+    const size_t colon = text.find(':');
+    if (colon != std::string::npos && colon > 0 && colon <= 36 &&
+        text.find_first_not_of("0123456789abcdef-") >= colon) {
+        const std::string path = text.substr(colon + 1);
+        if (path.empty() || path.front() != '/')
+            throw UsageError(fmt::format("{}: the guest path must be absolute (ID:/path)", text));
+        return CopySide{text.substr(0, colon), path};
+    }
+    return CopySide{std::nullopt, text};
+}
+
+std::string basename_of(const std::string& path) {
+    const size_t slash = path.rfind('/');
+    return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+bool host_is_directory(const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+std::string files_target(const std::string& id, const std::string& guest_path, const std::string& extra = "") {
+    return sandbox_path(id) + "/files?path=" + client::url_encode(guest_path) + extra;
+}
+
+int copy(client::ApiClient& api, const SandboxOptions& o) {
+    const CopySide from = copy_side(o.copy_from), to = copy_side(o.copy_to);
+    if (from.id.has_value() == to.id.has_value())
+        throw UsageError("cp copies between this host and one sandbox: ID:/GUEST_PATH HOST_PATH or HOST_PATH ID:/GUEST_PATH");
+    const CopySide& guest = to.id ? to : from;
+    const std::string id = resolve_id(api, "sandbox", *guest.id);
+    if (to.id) {
+        const std::string& host = from.path;
+        std::string target = guest.path;
+        client::RequestBody rb;
+        rb.content_type = "application/octet-stream";
+        std::string mode = "644";
+        if (host == "-") {
+            rb.data = std::string(std::istreambuf_iterator<char>(std::cin), {});
+        } else {
+            struct stat st {};
+            if (::stat(host.c_str(), &st) != 0) throw_errno("stat " + host);
+            if (S_ISDIR(st.st_mode)) throw UsageError(fmt::format("{}: is a directory (cp copies one file)", host));
+            mode = fmt::format("{:o}", st.st_mode & 0777);
+            rb.file = host;
+            bool into_dir = target.back() == '/';
+            if (!into_dir) {
+                try {
+                    into_dir = api.get(sandbox_path(id) + "/files/stat?path=" + client::url_encode(target))
+                                   .value("type", "") == "directory";
+                } catch (const client::ApiError& e) {
+                    if (e.status() != 404) throw;  // not there yet: the target is the file itself
+                }
+            }
+            if (into_dir) target = (target.back() == '/' ? target : target + "/") + basename_of(host);
+        }
+        const client::Response r = api.http().request("PUT", files_target(id, target, "&mode=" + mode), rb);
+        client::throw_if_error(r);
+        if (o.client.json) std::printf("%s\n", r.body.c_str());
+        return kOk;
+    }
+    std::string target = to.path;
+    const std::string source = files_target(id, guest.path);
+    if (target == "-") {
+        const client::Response r =
+            api.http().request("GET", source, {}, [](std::string_view piece) { write_all(STDOUT_FILENO, piece); });
+        client::throw_if_error(r);
+        return kOk;
+    }
+    if (host_is_directory(target)) target += "/" + basename_of(guest.path);
+    // Written beside the target and renamed: a failed copy leaves no half file.
+    const std::string part = target + ".nanovm-part";
+    const Fd fd(::open(part.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!fd) throw_errno("open " + part);
+    try {
+        const client::Response r =
+            api.http().request("GET", source, {}, [&](std::string_view piece) { write_all(fd.get(), piece); });
+        client::throw_if_error(r);
+        if (::rename(part.c_str(), target.c_str()) != 0) throw_errno("rename " + part + " to " + target);
+    } catch (...) {
+        ::unlink(part.c_str());
+        throw;
+    }
+    return kOk;
+}
+
+int snapshot(client::ApiClient& api, const SandboxOptions& o) {
+    const std::string id = resolve_id(api, "sandbox", o.id);
+    json snap;
+    {
+        Progress progress(o.wait_durable ? "snapshotting (until durable)" : "snapshotting");
+        snap = api.post(sandbox_path(id) + "/snapshots",
+                        json{{"wait_durable", o.wait_durable}, {"leave_paused", o.leave_paused}});
+    }
+    if (o.client.json)
+        print_json(snap);
+    else
+        std::printf("%s\n", snap["id"].get<std::string>().c_str());
+    return kOk;
+}
+
+int fork(client::ApiClient& api, const SandboxOptions& o) {
+    const std::string id = resolve_id(api, "sandbox", o.id);
+    json answer;
+    {
+        Progress progress(fmt::format("forking into {}", o.fork_count));
+        answer = api.post(sandbox_path(id) + "/fork", json{{"n", o.fork_count}});
+    }
+    if (o.client.json) {
+        print_json(answer);
+        return kOk;
+    }
+    size_t i = 0;
+    for (const json& child : answer.at("children")) {
+        ++i;
+        if (child["sandbox"].is_object())
+            std::printf("%s\n", child["sandbox"]["id"].get<std::string>().c_str());
+        else
+            log_line(fmt::format("child {}: {} ({})", i, child["error"].value("message", ""),
+                                 child["error"].value("code", "")));
+    }
+    return kOk;
+}
+
+int pause_resume(client::ApiClient& api, const SandboxOptions& o, const char* verb) {
+    const json s = api.post(sandbox_path(resolve_id(api, "sandbox", o.id)) + "/" + verb);
+    if (o.client.json) print_json(s);
+    return kOk;
+}
+
+int remove(client::ApiClient& api, const SandboxOptions& o) {
+    int status = kOk;
+    for (const std::string& text : o.ids) {
+        try {
+            Progress progress("deleting " + text);
+            api.remove(sandbox_path(resolve_id(api, "sandbox", text)));
+        } catch (const client::ApiError& e) {
+            log_line(fmt::format("{}: {} ({})", text, e.what(), e.code()));
+            if (status == kOk) status = exit_status_for(e);
+        }
+    }
+    return status;
+}
+
+constexpr const char* kExecHelp =
+    "Exit status: the command's own; 128+N if signal N killed it; 124 if --timeout killed it;\n"
+    "125 if nanovm failed (bad option, the daemon not running, no such sandbox, the sandbox paused or\n"
+    "failed: the message says which); 126 if the command could not run (e.g. EACCES); 127 if it was not\n"
+    "found. The command is an argv, not a shell line: use  -- sh -c 'echo $HOME; exit 3'  for one.\n"
+    "Stdin goes to the command only with -i (read whole, then sent).";
+
+}  // namespace
+
+SandboxCommands add_sandbox_commands(CLI::App& app, SandboxOptions& o) {
+    SandboxCommands c;
+    c.group = app.add_subcommand("sandbox", "nanovmd's sandboxes: create, ls, get, exec, cp, snapshot, fork, pause, "
+                                            "resume, rm (through the daemon's API)");
+    c.group->require_subcommand(1);
+    add_daemon_options(c.group, o.client);
+    c.group->footer(std::string("IDs may be abbreviated to a unique prefix. The API: docs/api.md.\n\n") + kExitHelp);
+    const auto id_arg = [&](CLI::App* cmd) { cmd->add_option("id", o.id, "Sandbox id")->required(); };
+
+    c.create = c.group->add_subcommand("create", "Create a sandbox and start it; print its id once its agent answers");
+    c.create->add_option("--image", o.image, "Image name: default or tiny [default: default]")->type_name("NAME");
+    c.create->add_option("--snapshot", o.snapshot_id, "Restore this snapshot instead of booting an image")
+        ->type_name("ID");
+    c.create->add_option("--cpus", o.cpus, "vCPUs (1 to 4) [default: 2]")->type_name("N");
+    c.create->add_option("--memory", o.memory_mb, "Guest RAM in MiB (128 to 8192) [default: 1024]")->type_name("MiB");
+    c.create->add_option("--timeout", o.timeout_s, "Delete the sandbox S seconds after creation (0: never)")
+        ->type_name("S");
+    c.create->add_option("-l,--label", o.labels, "A metadata label (repeatable)")->type_name("KEY=VALUE");
+    c.create->add_flag("--disable-internet", o.disable_internet, "Recorded (sandboxes have no network yet)");
+
+    c.ls = c.group->add_subcommand("ls", "The sandboxes: id, state, shape, source, times, labels");
+    c.ls->add_option("--state", o.state, "Only those in this state (creating, running, paused, sleeping, error)")
+        ->type_name("STATE");
+    c.ls->add_option("-l,--label", o.labels, "Only those with this label (repeatable: all must match)")
+        ->type_name("KEY=VALUE");
+
+    c.get = c.group->add_subcommand("get", "One sandbox: state, shape, source, timeout, labels");
+    id_arg(c.get);
+
+    c.exec = c.group->add_subcommand("exec", "Run a command in a sandbox, streaming its output; exit with its status");
+    id_arg(c.exec);
+    c.exec->add_option("--timeout", o.timeout_s, "Kill the command (in the guest) after S seconds")->type_name("S");
+    c.exec->add_option("--cwd", o.cwd, "Working directory in the guest [default: /]")->type_name("DIR");
+    c.exec->add_option("-e,--env", o.env, "Set KEY=VALUE (repeatable)")->type_name("KEY=VALUE");
+    c.exec->add_option("-u,--user", o.user, "Run as uid or uid:gid")->type_name("UID[:GID]");
+    c.exec->add_flag("-i,--stdin", o.stdin_data, "Send our stdin (read to its end first) to the command");
+    c.exec->add_option("command", o.argv, "The command and its arguments, after --")->required();
+    c.exec->footer(kExecHelp);
+
+    c.cp = c.group->add_subcommand("cp", "Copy one file: ID:/GUEST_PATH HOST_PATH, or HOST_PATH ID:/GUEST_PATH "
+                                         "(HOST_PATH - : stdin or stdout)");
+    c.cp->add_option("source", o.copy_from, "ID:/GUEST_PATH or HOST_PATH")->required();
+    c.cp->add_option("target", o.copy_to, "HOST_PATH or ID:/GUEST_PATH (a directory: the file goes inside)")
+        ->required();
+
+    c.snapshot = c.group->add_subcommand("snapshot", "Snapshot a sandbox (memory, disk, processes); print the "
+                                                     "snapshot's id");
+    id_arg(c.snapshot);
+    c.snapshot->add_flag("--wait", o.wait_durable, "Answer once the snapshot is saved (durable)");
+    c.snapshot->add_flag("--leave-paused", o.leave_paused,
+                         "Leave the sandbox sleeping (its next exec or file call wakes it)");
+
+    c.fork = c.group->add_subcommand("fork", "Fork a sandbox into N new ones (memory, files, processes); print "
+                                             "their ids");
+    id_arg(c.fork);
+    c.fork->add_option("-n,--count", o.fork_count, "Children (1 to 4)")->type_name("N")->capture_default_str();
+
+    c.pause = c.group->add_subcommand("pause", "Stop a sandbox's vCPUs (exec and files answer 409 until resume)");
+    id_arg(c.pause);
+    c.resume = c.group->add_subcommand("resume", "Let a paused or sleeping sandbox run again");
+    id_arg(c.resume);
+    c.rm = c.group->add_subcommand("rm", "Stop and delete sandboxes (their snapshots stay)");
+    c.rm->add_option("id", o.ids, "Sandbox ids")->required();
+    return c;
+}
+
+int run_sandbox_command(const SandboxCommands& c, const SandboxOptions& o) {
+    if (*c.exec) {
+        // exec keeps 0-124 for the command: nanovm's own failures are 125.
+        int status = kExecNanovmError;
+        const int rc = run_client_command(o.client, [&] {
+            client::ApiClient api(find_daemon(o.client));
+            status = exec(api, o);
+            return kOk;
+        });
+        return rc == kOk ? status : kExecNanovmError;
+    }
+    return run_client_command(o.client, [&] {
+        client::ApiClient api(find_daemon(o.client));
+        if (*c.create) return create(api, o);
+        if (*c.ls) return list(api, o);
+        if (*c.get) return get(api, o);
+        if (*c.cp) return copy(api, o);
+        if (*c.snapshot) return snapshot(api, o);
+        if (*c.fork) return fork(api, o);
+        if (*c.pause) return pause_resume(api, o, "pause");
+        if (*c.resume) return pause_resume(api, o, "resume");
+        if (*c.rm) return remove(api, o);
+        return kUsage;
+    });
+}
+
+}  // namespace nanovm::cli

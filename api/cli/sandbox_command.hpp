@@ -1,0 +1,62 @@
+// `nanovm sandbox ...`: nanovmd's sandboxes from the command line (a client of the
+// daemon's API, docs/api.md; api/cli/daemon_client.hpp finds it).
+//
+//   sandbox create [--image NAME | --snapshot ID] [--cpus N] [--memory MiB] [--timeout S]
+//                  [--label K=V]... [--disable-internet]        print the new sandbox's id
+//   sandbox ls [--state S] [--label K=V]...                      a table of sandboxes
+//   sandbox get ID                                               one sandbox
+//   sandbox exec ID [--timeout S] [--cwd DIR] [-e K=V] [--user U] [-i] -- CMD ARGS...
+//                                                                streamed; its exit status
+//   sandbox cp ID:/GUEST_PATH HOST_PATH|-  |  sandbox cp HOST_PATH|- ID:/GUEST_PATH
+//   sandbox snapshot ID [--wait] [--leave-paused]                print the snapshot's id
+//   sandbox fork ID [-n N]                                       print the children's ids
+//   sandbox pause ID | resume ID | rm ID...
+//
+// Every one takes --state-dir and --json. IDs may be abbreviated to a unique prefix.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "api/cli/daemon_client.hpp"
+
+namespace nanovm::cli {
+
+/// The options of every `sandbox` subcommand (each fills its own fields).
+struct SandboxOptions {
+    ClientOptions client;
+    std::string id;                         ///< the one-id commands
+    std::vector<std::string> ids;           ///< rm
+    std::string image, snapshot_id;         ///< create
+    std::optional<int64_t> cpus, memory_mb, timeout_s;  ///< create (timeout_s: exec too)
+    bool disable_internet = false;          ///< create
+    std::vector<std::string> labels;        ///< create, ls
+    std::string state;                      ///< ls
+    std::vector<std::string> argv;          ///< exec
+    std::string cwd, user;                  ///< exec
+    std::vector<std::string> env;           ///< exec
+    bool stdin_data = false;                ///< exec -i
+    std::string copy_from, copy_to;         ///< cp
+    bool wait_durable = false, leave_paused = false;  ///< snapshot
+    int64_t fork_count = 1;                 ///< fork
+};
+
+/// The registered subcommands.
+struct SandboxCommands {
+    CLI::App* group = nullptr;
+    CLI::App *create = nullptr, *ls = nullptr, *get = nullptr, *exec = nullptr, *cp = nullptr, *snapshot = nullptr,
+             *fork = nullptr, *pause = nullptr, *resume = nullptr, *rm = nullptr;
+};
+
+/// Registers `sandbox` and its subcommands on `app`, filling `options`.
+SandboxCommands add_sandbox_commands(CLI::App& app, SandboxOptions& options);
+
+/// Runs the parsed one. Returns the exit status (daemon_client.hpp; `exec`: the
+/// command's, 125 for nanovm's own failures). Never throws.
+int run_sandbox_command(const SandboxCommands& commands, const SandboxOptions& options);
+
+}  // namespace nanovm::cli

@@ -1,0 +1,119 @@
+"""`nanovm sandbox|snapshot|doctor` against a real nanovmd (no guest needed): the
+documented exit statuses and messages (api/cli/daemon_client.hpp) when the daemon is
+not running, for unknown ids, bad shapes, wrong use, over TCP with its token, and a
+create that fails on this host with the daemon's own reason. TAP.
+Usage: daemon_cli_test.py NANOVM"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import uuid
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
+from daemon_harness import Daemon, Tap  # noqa: E402
+
+nanovm = sys.argv[1]
+tap = Tap()
+
+
+def run(*args, env=None, stdin=None, timeout=120):
+    e = dict(os.environ)
+    e.pop("NANOVM_URL", None)
+    e.pop("NANOVM_TOKEN", None)
+    e.update(env or {})
+    p = subprocess.run([nanovm, *args], capture_output=True, text=True, env=e, input=stdin, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def expect(name, want, pattern, *args, env=None, stream="stderr"):
+    code, out, err = run(*args, env=env)
+    text = err if stream == "stderr" else out
+    ok = code == want and pattern in text
+    tap.ok(ok, f"{name} (exit {code}: {text.strip().splitlines()[0] if text.strip() else ''})",
+           f"want exit {want} and {pattern!r}; got {code}\nstdout: {out}\nstderr: {err}")
+    return code, out, err
+
+
+scratch = tempfile.mkdtemp(prefix="nanovm-cli-test-", dir=os.environ.get("TMPDIR", "/tmp"))
+missing = os.path.join(scratch, "nodaemon")
+os.makedirs(missing)
+
+# No daemon: 3, with how to start it (exec: 125, it keeps 0-124 for the command).
+expect("sandbox ls without a daemon: 3, names the socket and how to start it", 3,
+       f"nothing answers at unix socket {missing}/nanovmd.sock", "sandbox", "ls", "--state-dir", missing)
+expect("... and says how to start it", 3, "Start it with: nanovm daemon --state-dir", "sandbox", "ls",
+       "--state-dir", missing)
+expect("$NANOVM_STATE_DIR is where the CLI looks", 3, f"{missing}/nanovmd.sock", "snapshot", "ls",
+       env={"NANOVM_STATE_DIR": missing})
+expect("sandbox exec without a daemon: 125", 125, "is the daemon running", "sandbox", "exec", "--state-dir", missing,
+       str(uuid.uuid4()), "--", "true")
+code, out, _ = run("doctor", "--json", env={"NANOVM_STATE_DIR": missing})
+d = json.loads(out)["daemon"] if code == 0 else {}
+tap.ok(d.get("endpoint") == f"unix socket {missing}/nanovmd.sock" and d.get("answers") is False,
+       "doctor --json: the daemon's socket path, not answering", out)
+
+daemon = Daemon(nanovm, listen=True).start()
+state = daemon.state_dir
+try:
+    code, out, err = run("doctor", env={"NANOVM_STATE_DIR": state})
+    tap.ok(code == 0 and f"unix socket {state}/nanovmd.sock" in out and "answers (version" in out,
+           "doctor: the daemon's socket and that it answers", out + err)
+    expect("sandbox ls: a table with its header", 0, "ID  STATE", "sandbox", "ls", "--state-dir", state,
+           stream="stdout")
+    code, out, err = run("sandbox", "ls", "--json", "--state-dir", state)
+    tap.ok(code == 0 and json.loads(out) == [], "sandbox ls --json: []", out + err)
+    code, out, err = run("snapshot", "ls", "--json", env={"NANOVM_STATE_DIR": state})
+    tap.ok(code == 0 and json.loads(out) == [], "snapshot ls --json: []", out + err)
+
+    nobody = str(uuid.uuid4())
+    for args in (["sandbox", "get", nobody], ["sandbox", "pause", nobody], ["sandbox", "resume", nobody],
+                 ["sandbox", "snapshot", nobody], ["sandbox", "fork", nobody], ["sandbox", "rm", nobody],
+                 ["snapshot", "get", nobody], ["snapshot", "wait", nobody], ["snapshot", "restore", nobody],
+                 ["snapshot", "rm", nobody]):
+        want = "sandbox_not_found" if args[0] == "sandbox" else "snapshot_not_found"
+        expect(f"{' '.join(args[:2])} of an unknown id: 4, {want}", 4, want, *args, "--state-dir", state)
+    expect("an id prefix nothing has: 4", 4, "no sandbox has an id starting with abc", "sandbox", "get", "abc",
+           "--state-dir", state)
+    expect("sandbox exec of an unknown id: 125 with the daemon's message", 125, "sandbox_not_found", "sandbox", "exec",
+           nobody, "--state-dir", state, "--", "true")
+    expect("sandbox cp from an unknown sandbox: 4", 4, "sandbox_not_found", "sandbox", "cp", f"{nobody}:/etc/hostname",
+           os.path.join(scratch, "x"), "--state-dir", state)
+
+    expect("create --cpus 9: 2 (the daemon's 422 out_of_range)", 2, "out_of_range", "sandbox", "create", "--cpus", "9",
+           "--state-dir", state)
+    expect("create --memory 1: 2, names memory_mb", 2, "memory_mb", "sandbox", "create", "--memory", "1",
+           "--state-dir", state)
+    expect("create --image of a host path: 2 (invalid_value)", 2, "invalid_value", "sandbox", "create", "--image",
+           "/etc/passwd", "--state-dir", state)
+    expect("create --label without '=': 2", 2, "--label x: want KEY=VALUE", "sandbox", "create", "--label", "x",
+           "--state-dir", state)
+    expect("an unknown sandbox command: 2, with the list", 2, "the sandbox commands are create, ls", "sandbox", "frob")
+    expect("an unknown snapshot command: 2, with the list", 2, "the snapshot commands are ls, get", "snapshot", "frob")
+    expect("sandbox exec without a command: 125 (a usage error of an exec)", 125, "command", "sandbox", "exec", nobody)
+    expect("sandbox cp between two host paths: 2", 2, "one sandbox", "sandbox", "cp", "/a", "/b", "--state-dir", state)
+    expect("sandbox --help lists the exit statuses", 0, "3  the daemon is not running", "sandbox", "--help",
+           stream="stdout")
+
+    # Over loopback TCP: $NANOVM_URL, the token from <state>/token or $NANOVM_TOKEN.
+    url = f"http://127.0.0.1:{daemon.tcp_port}"
+    code, out, err = run("sandbox", "ls", "--json", "--state-dir", state, env={"NANOVM_URL": url})
+    tap.ok(code == 0 and json.loads(out) == [], "NANOVM_URL: sandbox ls over TCP with the state dir's token", out + err)
+    expect("NANOVM_URL with a wrong NANOVM_TOKEN: 1, unauthorized", 1, "unauthorized", "sandbox", "ls",
+           env={"NANOVM_URL": url, "NANOVM_TOKEN": "0" * 64})
+    expect("NANOVM_URL that is not loopback: 2", 2, "only a loopback address", "sandbox", "ls",
+           env={"NANOVM_URL": "http://10.0.0.1:80", "NANOVM_TOKEN": "x"})
+
+    # A create: on a host whose /dev/kvm cannot boot the guest, the daemon's reason, exit 1.
+    code, out, err = run("sandbox", "create", "--cpus", "1", "--memory", "256", "--state-dir", state, timeout=300)
+    if code == 0:
+        sid = out.strip()
+        tap.ok(run("sandbox", "rm", sid, "--state-dir", state)[0] == 0, "a create where KVM boots the guest: made, removed")
+    else:
+        tap.ok(code == 1 and "vm_error" in err and "did not start" in err,
+               f"a create where the guest cannot boot: exit 1 with the daemon's reason ({err.strip()[:150]})", err)
+    code, out, err = run("sandbox", "ls", "--json", "--state-dir", state)
+    tap.ok(code == 0 and all(s["state"] != "creating" for s in json.loads(out)), "no sandbox is left creating", out)
+finally:
+    daemon.stop()
+sys.exit(tap.done())
