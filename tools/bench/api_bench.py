@@ -1,0 +1,87 @@
+"""tools/bench/run api: nanovmd's API against the VM layer driven directly, from one
+process, same run, interleaved (build/tests/client/api_bench; its header says what is
+timed). Starts nanovm daemon on a fresh state directory, runs the driver, deletes what
+is left and stops the daemon. Prints the driver's table, then its JSON line (DESIGN.md
+"Conventions")."""
+import argparse
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+
+class UnixHTTP(http.client.HTTPConnection):
+    def __init__(self, path):
+        super().__init__("nanovm", timeout=120)
+        self.path_ = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.path_)
+
+
+def call(sock, method, target):
+    c = UnixHTTP(sock)
+    c.request(method, target)
+    r = c.getresponse()
+    body = r.read()
+    c.close()
+    return r.status, body
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nanovm", required=True)
+    ap.add_argument("--bench", required=True)
+    ap.add_argument("--where", default="native")
+    ap.add_argument("--rounds", default="5")
+    ap.add_argument("--exec-runs", default="20")
+    ap.add_argument("--file-runs", default="5")
+    ap.add_argument("--pause-runs", default="10")
+    ap.add_argument("--cpus", default="1")
+    ap.add_argument("--memory", default="256")
+    a = ap.parse_args()
+    scratch = os.environ.get("NANOVM_SCRATCH") or tempfile.mkdtemp(prefix="nanovm-api-bench-")
+    state = os.path.join(scratch, "api-bench-state")
+    os.makedirs(state, exist_ok=True)
+    sock = os.path.join(state, "nanovmd.sock")
+    log = open(os.path.join(state, "daemon.log"), "wb")
+    daemon = subprocess.Popen([a.nanovm, "daemon", "--state-dir", state], stdin=subprocess.DEVNULL,
+                              stdout=log, stderr=log)
+    try:
+        for _ in range(200):
+            if os.path.exists(sock):
+                try:
+                    if call(sock, "GET", "/v1/health")[0] == 200:
+                        break
+                except OSError:
+                    pass
+            if daemon.poll() is not None:
+                sys.exit(f"api bench: the daemon exited {daemon.returncode}")
+            time.sleep(0.1)
+        bench = subprocess.run([a.bench, "--socket", sock, "--run-dir", os.path.join(scratch, "api-bench-direct"),
+                                "--where", a.where, "--rounds", a.rounds, "--exec-runs", a.exec_runs,
+                                "--file-runs", a.file_runs, "--pause-runs", a.pause_runs, "--cpus", a.cpus,
+                                "--memory", a.memory], stdout=subprocess.PIPE, text=True)
+        sys.stdout.write(bench.stdout)
+        if bench.returncode != 0:
+            sys.exit(f"api bench: the driver failed ({bench.returncode})")
+    finally:
+        # The daemon's sandboxes outlive it: delete what a failed run left.
+        try:
+            status, body = call(sock, "GET", "/v1/sandboxes?limit=1000")
+            for s in json.loads(body).get("sandboxes", []) if status == 200 else []:
+                call(sock, "DELETE", f"/v1/sandboxes/{s['id']}")
+        except (OSError, ValueError):
+            pass
+        daemon.terminate()
+        daemon.wait(30)
+
+
+if __name__ == "__main__":
+    main()
