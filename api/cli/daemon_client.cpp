@@ -156,6 +156,21 @@ void print_table(const std::vector<std::string>& headers, const std::vector<std:
     for (const auto& row : rows) line(row);
 }
 
+std::string labels_text(const json& metadata) {
+    std::string out;
+    for (const auto& [k, v] : metadata.items()) out += (out.empty() ? "" : ",") + k + "=" + cell(v);
+    return out.empty() ? "-" : out;
+}
+
+void print_fields(const json& object) {
+    size_t width = 0;
+    for (const auto& [k, v] : object.items()) width = std::max(width, k.size());
+    for (const auto& [k, v] : object.items()) {
+        const std::string text = v.is_object() ? labels_text(v) : cell(v);
+        std::printf("%-*s  %s\n", static_cast<int>(width + 1), (k + ":").c_str(), text.c_str());
+    }
+}
+
 void print_json(const json& value) {
     std::printf("%s\n", value.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
 }

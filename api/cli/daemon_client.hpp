@@ -74,6 +74,12 @@ void print_table(const std::vector<std::string>& headers, const std::vector<std:
 /// A JSON value as a table cell: strings bare, null "-".
 std::string cell(const nlohmann::json& value);
 
+/// Labels {"k": "v"...} as "k=v,k2=v2" ("-" for none).
+std::string labels_text(const nlohmann::json& metadata);
+
+/// Prints an object's fields one per line, "key:  value" (objects as labels_text).
+void print_fields(const nlohmann::json& object);
+
 /// Prints `value` on stdout as JSON (one line).
 void print_json(const nlohmann::json& value);
 

@@ -40,12 +40,6 @@ std::string source_of(const json& s) {
     return cell(s["image"]);
 }
 
-std::string labels_text(const json& metadata) {
-    std::string out;
-    for (const auto& [k, v] : metadata.items()) out += (out.empty() ? "" : ",") + k + "=" + cell(v);
-    return out.empty() ? "-" : out;
-}
-
 int create(client::ApiClient& api, const SandboxOptions& o) {
     json body = json::object();
     if (!o.image.empty()) body["image"] = o.image;
@@ -85,15 +79,6 @@ int list(client::ApiClient& api, const SandboxOptions& o) {
                         cell(s["created_at"]), cell(s["end_at"]), labels_text(s["metadata"])});
     print_table({"ID", "STATE", "CPUS", "MEMORY", "SOURCE", "CREATED", "END_AT", "LABELS"}, rows);
     return kOk;
-}
-
-void print_fields(const json& object) {
-    size_t width = 0;
-    for (const auto& [k, v] : object.items()) width = std::max(width, k.size());
-    for (const auto& [k, v] : object.items()) {
-        const std::string text = v.is_object() ? (v.empty() ? "-" : labels_text(v)) : cell(v);
-        std::printf("%-*s  %s\n", static_cast<int>(width + 1), (k + ":").c_str(), text.c_str());
-    }
 }
 
 int get(client::ApiClient& api, const SandboxOptions& o) {

@@ -43,14 +43,10 @@ int list(client::ApiClient& api, const SnapshotOptions& o) {
 
 int get(client::ApiClient& api, const SnapshotOptions& o) {
     const json s = api.get(snapshot_path(resolve_id(api, "snapshot", o.id)));
-    if (o.client.json) {
+    if (o.client.json)
         print_json(s);
-        return kOk;
-    }
-    size_t width = 0;
-    for (const auto& [k, v] : s.items()) width = std::max(width, k.size());
-    for (const auto& [k, v] : s.items())
-        std::printf("%-*s  %s\n", static_cast<int>(width + 1), (k + ":").c_str(), cell(v).c_str());
+    else
+        print_fields(s);
     return kOk;
 }
 
