@@ -13,7 +13,8 @@ command -v systemctl >/dev/null || skip "no systemctl"
 
 unit=nanovmd-restart-test-$$
 state=$(mktemp -d /var/tmp/nanovmd-restart-test.XXXXXX)
-nanovm() { "$build/nanovm" "$@" --state-dir "$state"; }
+export NANOVM_STATE_DIR=$state  # where the CLI finds the daemon
+nanovm() { "$build/nanovm" "$@"; }
 cleanup() {
   [ -n "${sid:-}" ] && nanovm sandbox rm "$sid" >/dev/null 2>&1
   systemctl stop "$unit" >/dev/null 2>&1
