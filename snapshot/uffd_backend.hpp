@@ -17,9 +17,10 @@
 // (MISSING on private shmem: a hole is served by UFFDIO_COPY as a private page;
 // Backing::lazy_private_memfd). A fork child of such a VM maps the same memfds and
 // serves the same chain (its own UffdServer). The same userfaultfd also carries
-// write-protect (UFFDIO_REGISTER_MODE_WP, shmem: UFFD_FEATURE_WP_HUGETLBFS_SHMEM),
-// which a background snapshot copy (snapshot/wp_copy.hpp) borrows through
-// set_wp_handler: a range can be registered with one userfaultfd only.
+// write-protect (UFFDIO_REGISTER_MODE_WP, shmem: UFFD_FEATURE_WP_HUGETLBFS_SHMEM,
+// registered on demand: enable_write_protect), which a background snapshot copy
+// (snapshot/wp_copy.hpp) borrows through set_wp_handler: a range can be registered
+// with one userfaultfd only.
 // Works on Linux 6.1: MISSING and WP on shmem, shared and private.
 // Prefetch (UffdPrefetch): the pages the previous restore of the same snapshot
 // faulted first are copied in by a second thread right away, in that order; a
@@ -94,9 +95,15 @@ public:
     /// SysError (UFFDIO_REGISTER: then nothing serves the holes: fatal for the VM).
     void remap(GuestMemory& memory, const std::function<void()>& replace);
 
-    /// True if this userfaultfd also write-protects (UFFDIO_REGISTER_MODE_WP on
-    /// every range; the kernel offered UFFD_FEATURE_WP_HUGETLBFS_SHMEM).
+    /// True if this userfaultfd can also write-protect (the kernel offered
+    /// UFFD_FEATURE_WP_HUGETLBFS_SHMEM, negotiated at creation).
     bool can_write_protect() const noexcept { return wp_; }
+    /// Registers write-protect on every range too (the same userfaultfd, one more
+    /// mode; a background copy calls it in its pause). Ranges are registered for
+    /// MISSING only until then: a registered mapping costs its faults nothing, but
+    /// a freeze unregisters it first, which with WP walks its page tables. Throws
+    /// Error (!can_write_protect()), SysError (UFFDIO_REGISTER).
+    void enable_write_protect();
     /// The userfaultfd, for UFFDIO_WRITEPROTECT by a borrower (set_wp_handler).
     int fd() const noexcept { return uffd_.get(); }
     /// Write-protect faults go to `handler` (called on the handler thread with the
@@ -144,7 +151,8 @@ private:
     std::function<void(uint64_t)> wp_handler_;  ///< guarded by wp_mutex_
     /// Shared by fill() around UFFDIO_COPY/ZEROPAGE, held by remap() around the remap.
     std::shared_mutex fill_mutex_;
-    bool wp_ = false;
+    bool wp_ = false;             ///< WP features negotiated
+    bool wp_registered_ = false;  ///< the ranges registered with WP (enable_write_protect)
     Fd uffd_;
     Fd stop_;  ///< eventfd: the destructor's wake-up
     std::atomic<uint64_t> faults_{0}, copied_{0}, zeroed_{0}, prefetched_{0};

@@ -73,7 +73,7 @@ WriteProtectCopy::WriteProtectCopy(GuestMemory& memory, const PageBitmap& pages,
     for (uint64_t p = 0; p < total_; ++p) state_[p].store(page_set(pages, p) ? kProtected : kDone, std::memory_order_relaxed);
 
     if (server_) {
-        if (!server_->can_write_protect()) throw Error("write-protect: the userfaultfd serving guest RAM cannot");
+        server_->enable_write_protect();
         server_->set_wp_handler([this](uint64_t address) { on_fault(address); });
     } else {
         uffd_ = open_userfaultfd();

@@ -405,13 +405,14 @@ struct BenchVm {
 
 // A VM restored (file backend, in this process) from the BenchVm snapshot `dir`, its
 // counter loops running on a thread; the same 256 MiB rewritten after the restore
-// (each page served from the snapshot first, then the VM's own).
+// (each page served from the snapshot first, then the VM's own), then running 200 ms
+// as a BenchVm does (right after such a fill its first pause took ~10 ms more).
 struct RestoredBenchVm {
     RestoredBenchVm(const Kvm& kvm, const std::string& dir, uint64_t salt)
         : vm(snapshot::restore_snapshot(kvm, dir, snapshot::MemoryBackend::file)) {
         run.start(*vm.machine);
         fill(vm.machine->memory(), 32 * MiB, 256 * MiB, salt);
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
 
     snapshot::RestoredMachine vm;
