@@ -257,12 +257,15 @@ else
   svm snapshot "$stall" "$sn/stalled" >"$sn/stall.json" 2>"$sn/stall.err"
   for _ in $(seq 100); do grep -q "test stall at layer" "$NANOVM_RUN_DIR/vms/$stall/vmm.log" 2>/dev/null && break; sleep 0.2; done
   pkill -KILL -f -- "_vmm --id $stall" ; sleep 1
+  # Read the dead VMM's log now: the next VM command removes a dead VM's directory.
+  stalled_at_layer=no
+  grep -q "test stall at layer" "$NANOVM_RUN_DIR/vms/$stall/vmm.log" 2>/dev/null && stalled_at_layer=yes
   svm restore "$sn/stalled" >/dev/null 2>"$sn/stalled-restore.err"; stalled_status=$?
   if [ ! -e "$sn/stalled/manifest" ] && [ "$stalled_status" != 0 ] && grep -qi "manifest" "$sn/stalled-restore.err" &&
-     grep -q "test stall at layer" "$NANOVM_RUN_DIR/vms/$stall/vmm.log" 2>/dev/null; then
+     [ "$stalled_at_layer" = yes ]; then
     ok "SIGKILL of the VMM while its snapshot is being written: no manifest, restore refuses it ($(head -c 120 "$sn/stalled-restore.err"))"
   else
-    not_ok "SIGKILL mid-snapshot leaves no durable-looking snapshot (manifest: $([ -e "$sn/stalled/manifest" ] && echo yes || echo no), restore exit $stalled_status)"
+    not_ok "SIGKILL mid-snapshot leaves no durable-looking snapshot (manifest: $([ -e "$sn/stalled/manifest" ] && echo yes || echo no), restore exit $stalled_status, stalled at the layer: $stalled_at_layer)"
     sshow stall.json stall.err stalled-restore.err
   fi
 fi
