@@ -267,8 +267,7 @@ else
   else
     not_ok "SIGKILL mid-snapshot leaves no durable-looking snapshot (manifest: $([ -e "$sn/stalled/manifest" ] && echo yes || echo no), restore exit $stalled_status, stalled at the layer: $stalled_at_layer)"
     sshow stall.json stall.err stalled-restore.err
-    # Which condition failed (once with QEMU 10.0 + kernel 6.12, 2026-12-01, these three
-    # were fine): the stalled VMM's log, if its directory is still there.
+    # Which condition failed: the stalled VMM's log, if its directory is still there.
     if [ -f "$NANOVM_RUN_DIR/vms/$stall/vmm.log" ]; then echo "# the stalled VM's vmm.log:"; diag "$NANOVM_RUN_DIR/vms/$stall/vmm.log" 12
     else echo "# the stalled VM's directory is gone: $(ls "$NANOVM_RUN_DIR/vms" 2>&1 | tr '\n' ' ')"; fi
   fi
