@@ -61,10 +61,17 @@ UffdServer::UffdServer(GuestMemory& memory, LayerChain chain, std::function<void
 void UffdServer::register_regions(GuestMemory& memory) {
     regions_.clear();
     uint64_t first = 0;
+    private_ = memory.backing() != GuestMemory::Backing::memfd && memory.backing() != GuestMemory::Backing::lazy_memfd;
     for (const MemoryRegion& r : memory.regions()) {
         register_userfaultfd_range(uffd_.get(), r.host, r.size, UFFDIO_REGISTER_MODE_MISSING,
                                    (1ULL << _UFFDIO_COPY) | (1ULL << _UFFDIO_ZEROPAGE), "missing pages");
-        regions_.push_back({reinterpret_cast<uint64_t>(r.host), r.size, first});
+        int memfd = -1;
+        if (private_) {
+            memfds_.emplace_back(::fcntl(r.memfd.get(), F_DUPFD_CLOEXEC, 0));
+            if (!memfds_.back()) throw_errno("dup(guest RAM memfd)");
+            memfd = memfds_.back().get();
+        }
+        regions_.push_back({reinterpret_cast<uint64_t>(r.host), r.size, first, memfd});
         first += r.size / kPageSize;
     }
     wp_registered_ = false;
@@ -242,6 +249,16 @@ bool UffdServer::fill(uint64_t page_addr, bool fault) {
     const uint64_t region_end = region->first_page + region->size / kPageSize;
     uint64_t run = 1;
     while (run < kRunPages && page + run < region_end && chain_.find(page + run) == layer) ++run;
+    if (private_ && run > 1) {
+        // A private mapping of frozen memfds: UFFDIO_COPY installs a private page
+        // wherever the PTE is empty, also over a page the memfd holds (not mapped
+        // here yet), which would hide it behind the chain's older copy. The run
+        // stops at the memfd's next data (it does not change: frozen).
+        const uint64_t offset = page_addr - region->host;
+        const off_t data = ::lseek(region->memfd, static_cast<off_t>(offset + kPageSize), SEEK_DATA);
+        if (data >= 0) run = std::min(run, (static_cast<uint64_t>(data) - offset) / kPageSize);
+        else if (errno != ENXIO) run = 1;
+    }
     const uint8_t* source = nullptr;
     if (layer) {
         try {

@@ -128,6 +128,7 @@ private:
         uint64_t host = 0;   ///< HVA of the region's first byte
         uint64_t size = 0;   ///< bytes
         uint64_t first_page = 0;  ///< linear page index of its first page
+        int memfd = -1;      ///< the region's memfd (a private mapping: its pages must not be shadowed)
     };
     void loop();
     void serve(uint64_t address);
@@ -151,6 +152,8 @@ private:
     std::function<void(uint64_t)> wp_handler_;  ///< guarded by wp_mutex_
     /// Shared by fill() around UFFDIO_COPY/ZEROPAGE, held by remap() around the remap.
     std::shared_mutex fill_mutex_;
+    bool private_ = false;        ///< the ranges are MAP_PRIVATE mappings of frozen memfds
+    std::vector<Fd> memfds_;      ///< with private_: the memfds, dup'ed (Region::memfd)
     bool wp_ = false;             ///< WP features negotiated
     bool wp_registered_ = false;  ///< the ranges registered with WP (enable_write_protect)
     Fd uffd_;

@@ -586,6 +586,14 @@ TEST_CASE("a restored VM (either backend) snapshots with its RAM frozen in the p
     for (const Fd& fd : image.memfds) fds.push_back(fd.get());
     snapshot::RestoredMachine child_vm =
         snapshot::restore_fork(kvm, image.state, fds, -1, "fork state", image.base_chain[0].path);
+    {
+        // A hole of the frozen memfds served first must not shadow the memfd's pages
+        // after it (a run of UFFDIO_COPY/ZEROPAGE into the private mapping would):
+        // the page before the 64 MiB written, then the first written one.
+        GuestMemory& m = child_vm.machine->memory();
+        CHECK(m.read<uint64_t>(Gpa(96 * MiB - kPageSize)) == 0);
+        CHECK(m.read<uint64_t>(Gpa(96 * MiB + kPageSize)) == ((96 * MiB + kPageSize) ^ 0x3333));
+    }
     CHECK(test::ram_crc(child_vm.machine->memory()) == crc_fork);  // before it runs
     Restored gen(std::move(child_vm));
     CHECK(gen.machine().memory().backing() == GuestMemory::Backing::lazy_private_memfd);
