@@ -3,7 +3,11 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+#include <string_view>
 #include <utility>
+
+#include "vmm/error.hpp"
 
 namespace nanovm {
 
@@ -35,5 +39,16 @@ public:
 private:
     int fd_ = -1;
 };
+
+/// Writes all of `data` to the blocking fd `fd`, retrying short writes and EINTR.
+/// Throws SysError("write").
+inline void write_all(int fd, std::string_view data) {
+    while (!data.empty()) {
+        const ssize_t n = ::write(fd, data.data(), data.size());
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) throw_errno("write");
+        data.remove_prefix(static_cast<size_t>(n));
+    }
+}
 
 }  // namespace nanovm

@@ -24,16 +24,6 @@ using nlohmann::json;
 
 std::string sandbox_path(const std::string& id) { return "/v1/sandboxes/" + client::url_encode(id); }
 
-// Writes all of `data` to `fd`. Throws SysError.
-void write_all(int fd, std::string_view data) {
-    while (!data.empty()) {
-        const ssize_t n = ::write(fd, data.data(), data.size());
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) throw_errno("write");
-        data.remove_prefix(static_cast<size_t>(n));
-    }
-}
-
 std::string source_of(const json& s) {
     if (s["parent_id"].is_string()) return "fork of " + s["parent_id"].get<std::string>().substr(0, 8);
     if (s["snapshot_id"].is_string()) return "snapshot " + s["snapshot_id"].get<std::string>().substr(0, 8);

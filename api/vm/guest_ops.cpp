@@ -9,6 +9,7 @@
 
 #include "api/vm/vm_ops.hpp"
 #include "vmm/error.hpp"
+#include "vmm/fd.hpp"
 
 namespace nanovm::vm {
 
@@ -20,16 +21,6 @@ size_t read_some(int fd, char* buf, size_t size) {
         const ssize_t n = ::read(fd, buf, size);
         if (n >= 0) return static_cast<size_t>(n);
         if (errno != EINTR) throw_errno("read");
-    }
-}
-
-// Writes all of `data` to `fd`. Throws SysError.
-void write_all(int fd, std::string_view data) {
-    while (!data.empty()) {
-        const ssize_t n = ::write(fd, data.data(), data.size());
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) throw_errno("write");
-        data.remove_prefix(static_cast<size_t>(n));
     }
 }
 

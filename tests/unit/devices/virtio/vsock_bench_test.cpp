@@ -30,7 +30,7 @@ double host_to_guest(uint32_t rx_payload) {
     const auto start = std::chrono::steady_clock::now();
     std::thread writer([&] {
         const std::string chunk(1 * MiB, 'x');
-        for (size_t sent = 0; sent < kBytes; sent += chunk.size()) write_all(s.fd.get(), chunk);
+        for (size_t sent = 0; sent < kBytes; sent += chunk.size()) send_all(s.fd.get(), chunk);
     });
     size_t received = 0;
     uint32_t told = 0;

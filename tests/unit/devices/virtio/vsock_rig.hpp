@@ -88,7 +88,7 @@ inline Fd host_accept(int listener) {
     return Fd(::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC));
 }
 
-inline void write_all(int fd, std::string_view bytes) {
+inline void send_all(int fd, std::string_view bytes) {
     while (!bytes.empty()) {
         const ssize_t n = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
         if (n <= 0) throw std::runtime_error("host write failed");
@@ -154,7 +154,7 @@ struct HostStream {
 // A host program's CONNECT to `guest_port`, accepted by the fake guest's listener.
 inline HostStream connect_from_host(VsockRig& rig, uint32_t guest_port, uint32_t guest_buf_alloc = 256 * 1024) {
     HostStream s{host_connect(rig.device.socket_path()), 0};
-    write_all(s.fd.get(), fmt::format("CONNECT {}\n", guest_port));
+    send_all(s.fd.get(), fmt::format("CONNECT {}\n", guest_port));
     const auto request = rig.guest.next();
     REQUIRE(request);
     REQUIRE(request->header.op == op::kRequest);

@@ -94,7 +94,7 @@ struct HostSide {
         std::vector<Conn> conns;
         for (uint32_t i = 0; i < kStreams / 2; ++i) {
             conns.push_back({host_connect(vm_socket), Sender(i), {}, {}, 0, false, false});
-            write_all(conns.back().fd.get(), fmt::format("CONNECT {}\n", kGuestListenPort));
+            send_all(conns.back().fd.get(), fmt::format("CONNECT {}\n", kGuestListenPort));
         }
         for (uint32_t i = kStreams / 2; i < kStreams; ++i) {
             Fd fd = host_accept(listener);

@@ -30,7 +30,7 @@ TEST_CASE("host CONNECT reaches the guest listener as REQUEST; RESPONSE answers 
           "[vsock]") {
     VsockRig rig;
     Fd host = host_connect(rig.device.socket_path());
-    write_all(host.get(), "CONNECT 1234\n");
+    send_all(host.get(), "CONNECT 1234\n");
     const auto request = rig.guest.next();
     REQUIRE(request);
     const PacketHeader& h = request->header;
@@ -46,7 +46,7 @@ TEST_CASE("host CONNECT reaches the guest listener as REQUEST; RESPONSE answers 
     rig.guest.send(FakeVsockGuest::header(op::kResponse, 1234, h.src_port));
     CHECK(read_line(host.get()) == fmt::format("OK {}\n", h.src_port));
 
-    write_all(host.get(), "hello from the host");
+    send_all(host.get(), "hello from the host");
     auto data = rig.guest.next();
     REQUIRE(data);
     CHECK(data->header.op == op::kRw);
@@ -67,7 +67,7 @@ TEST_CASE("host CONNECT reaches the guest listener as REQUEST; RESPONSE answers 
 TEST_CASE("host bytes written right after the CONNECT line reach the guest after RESPONSE", "[vsock]") {
     VsockRig rig;
     Fd host = host_connect(rig.device.socket_path());
-    write_all(host.get(), "CONNECT 77\nearly bytes");
+    send_all(host.get(), "CONNECT 77\nearly bytes");
     const auto request = rig.guest.next();
     REQUIRE(request);
     REQUIRE(request->header.op == op::kRequest);
@@ -83,7 +83,7 @@ TEST_CASE("a malformed CONNECT line closes the host connection without bothering
     for (const char* line : {"CONNECT\n", "CONNECT -1\n", "CONNECT 99999999999\n", "HELLO 5\n",
                              "CONNECT 12345678901234567890123456789\n"}) {
         Fd host = host_connect(rig.device.socket_path());
-        write_all(host.get(), line);
+        send_all(host.get(), line);
         INFO(line);
         CHECK(host_sees_close(host.get()));
     }
@@ -93,7 +93,7 @@ TEST_CASE("a malformed CONNECT line closes the host connection without bothering
 TEST_CASE("guest RST to a host CONNECT closes the host socket", "[vsock]") {
     VsockRig rig;
     Fd host = host_connect(rig.device.socket_path());
-    write_all(host.get(), "CONNECT 9\n");
+    send_all(host.get(), "CONNECT 9\n");
     const auto request = rig.guest.next();
     REQUIRE(request);
     rig.guest.send(FakeVsockGuest::header(op::kRst, 9, request->header.src_port));
@@ -107,7 +107,7 @@ TEST_CASE("a host CONNECT the guest never answers is reset after the connect tim
     options.connect_timeout = 100ms;
     VsockRig rig(options);
     Fd host = host_connect(rig.device.socket_path());
-    write_all(host.get(), "CONNECT 9\n");
+    send_all(host.get(), "CONNECT 9\n");
     const auto request = rig.guest.next();
     REQUIRE(request);
     CHECK(host_sees_eof(host.get(), 2s));
@@ -133,7 +133,7 @@ TEST_CASE("guest connect to CID 2 reaches the Unix listener at <path>_<port>; by
 
     rig.guest.send(FakeVsockGuest::header(op::kRw, 40000, 6000), bytes_of("ping"), true, false, 30);
     CHECK(read_some(host.get(), 4) == "ping");
-    write_all(host.get(), "pong");
+    send_all(host.get(), "pong");
     const auto data = next_non_credit(rig.guest);
     REQUIRE(data);
     CHECK(data->header.op == op::kRw);
@@ -158,7 +158,7 @@ TEST_CASE("credit: the device never sends more than the guest's buf_alloc and re
     HostStream s = connect_from_host(rig, 5000, kGuestBuf);
     std::string sent(kTotal, '\0');
     for (size_t i = 0; i < kTotal; ++i) sent[i] = static_cast<char>((i * 7 + i / 4096) & 0xff);
-    std::thread writer([&] { write_all(s.fd.get(), sent); });
+    std::thread writer([&] { send_all(s.fd.get(), sent); });
 
     std::string received;
     uint32_t fwd_cnt = 0;  // what the guest consumed and told the device
@@ -336,7 +336,7 @@ TEST_CASE("a failed device leaves host connections waiting and serves them after
     rig.guest.send_raw(stub);
     REQUIRE(eventually([&] { return rig.needs_reset(); }));
     Fd host = host_connect(rig.device.socket_path());
-    write_all(host.get(), "CONNECT 5000\n");
+    send_all(host.get(), "CONNECT 5000\n");
     CHECK_FALSE(readable(host.get(), 100ms));  // neither served nor closed
     FakeVsockGuest again(rig.memory, rig.driver);
     const auto request = again.next();
@@ -408,7 +408,7 @@ TEST_CASE("a host CONNECT made while the guest handles a transport reset reaches
     VsockRig rig;
     rig.device.send_transport_reset();  // as after a restore: the event is in the guest's buffer
     Fd host = host_connect(rig.device.socket_path());
-    write_all(host.get(), "CONNECT 5000\n");
+    send_all(host.get(), "CONNECT 5000\n");
     // The guest has not handed the event back: a REQUEST now could be accepted and
     // then reset by the guest's own handling of the event.
     CHECK_FALSE(rig.guest.next(150ms));
@@ -431,7 +431,7 @@ TEST_CASE("a guest that never hands back the transport reset event still gets ho
     VsockRig rig;
     rig.device.send_transport_reset();
     Fd host = host_connect(rig.device.socket_path());
-    write_all(host.get(), "CONNECT 5000\n");
+    send_all(host.get(), "CONNECT 5000\n");
     CHECK_FALSE(rig.guest.next(300ms));  // held
     const auto request = rig.guest.next(5s);
     REQUIRE(request);
@@ -444,7 +444,7 @@ TEST_CASE("host closing its socket: the guest sees SHUTDOWN both ways, then RST 
     options.shutdown_timeout = 100ms;
     VsockRig rig(options);
     HostStream s = connect_from_host(rig, 5000);
-    write_all(s.fd.get(), "goodbye");
+    send_all(s.fd.get(), "goodbye");
     s.fd.reset();
     auto p = next_non_credit(rig.guest);
     REQUIRE(p);
@@ -492,7 +492,7 @@ TEST_CASE("host socket dropped while the guest sends: the guest gets RST", "[vso
 TEST_CASE("half-close: host SHUT_WR becomes SHUTDOWN SEND; guest SHUTDOWN SEND becomes EOF on the host", "[vsock]") {
     VsockRig rig;
     HostStream s = connect_from_host(rig, 5000);
-    write_all(s.fd.get(), "last words");
+    send_all(s.fd.get(), "last words");
     ::shutdown(s.fd.get(), SHUT_WR);
     auto p = next_non_credit(rig.guest);
     REQUIRE(p);
