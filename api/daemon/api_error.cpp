@@ -25,6 +25,7 @@ constexpr std::array kCatalogue{
     ErrorKind{"method_not_allowed", 405, "The path exists but not with this method."},
     ErrorKind{"wrong_state", 409, "The sandbox or snapshot is not in a state that allows this operation."},
     ErrorKind{"sandbox_paused", 409, "The sandbox is paused: resume it first."},
+    ErrorKind{"sandbox_archived", 409, "The sandbox is archived: unarchive it first."},
     ErrorKind{"path_conflict", 409, "The guest path exists, is a directory, or is not empty (EEXIST, EISDIR...)."},
     ErrorKind{"body_too_large", 413, "The request body is larger than this endpoint takes."},
     ErrorKind{"file_too_large", 413,

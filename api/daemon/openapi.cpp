@@ -4,6 +4,7 @@
 #include <set>
 
 #include "api/daemon/api_error.hpp"
+#include "api/daemon/sandbox/transitions.hpp"
 
 namespace nanovm::daemon {
 
@@ -17,6 +18,12 @@ json object(json properties, std::vector<std::string> required = {}) {
     return o;
 }
 
+json state_names() {
+    json names = json::array();
+    for (SandboxState s : all_states()) names.push_back(to_string(s));
+    return names;
+}
+
 json ref(const std::string& name) { return json{{"$ref", "#/components/schemas/" + name}}; }
 
 json schemas() {
@@ -28,8 +35,7 @@ json schemas() {
     s["Health"] = object({{"status", str}, {"version", str}, {"uptime_s", integer}, {"sandboxes", integer}});
     s["Shape"] = object({{"cpus", integer}, {"memory_mb", integer}, {"disable_internet", boolean}});
     s["Sandbox"] = object({{"id", str},
-                           {"state", {{"type", "string"},
-                                      {"enum", {"creating", "running", "paused", "sleeping", "deleting", "error"}}}},
+                           {"state", {{"type", "string"}, {"enum", state_names()}}},
                            {"error", nullable_str},
                            {"cpus", integer},
                            {"memory_mb", integer},
@@ -105,6 +111,26 @@ json response_for(const std::string& schema, const std::string& description) {
 
 }  // namespace
 
+json transitions_document() {
+    json ops = json::array();
+    for (const Transition& t : transition_table()) {
+        json cells = json::object();
+        for (SandboxState s : all_states()) {
+            if (const auto r = refusal(t.op, s))
+                cells[std::string(to_string(s))] = json{{"allowed", false}, {"code", r->code}, {"message", r->message}};
+            else
+                cells[std::string(to_string(s))] = json{{"allowed", true}, {"no_op", no_op(t.op, s)}};
+        }
+        const auto name = [](const std::optional<SandboxState>& s) { return s ? json(to_string(*s)) : json(nullptr); };
+        ops.push_back(json{{"op", to_string(t.op)},
+                           {"by_daemon", t.by_daemon},
+                           {"during", name(t.during)},
+                           {"to", name(t.to)},
+                           {"states", cells}});
+    }
+    return json{{"states", state_names()}, {"ops", ops}};
+}
+
 json openapi_document(const std::vector<RouteSpec>& routes) {
     json paths = json::object();
     for (const RouteSpec& r : routes) {
@@ -156,7 +182,8 @@ json openapi_document(const std::vector<RouteSpec>& routes) {
                 {"info", {{"title", "nanovmd"}, {"version", "1"}, {"description", "The nanovm sandbox service (docs/api.md)."}}},
                 {"paths", paths},
                 {"components", {{"schemas", schemas()}}},
-                {"x-nanovm-errors", errors}};
+                {"x-nanovm-errors", errors},
+                {"x-nanovm-transitions", transitions_document()}};
 }
 
 }  // namespace nanovm::daemon

@@ -11,6 +11,12 @@
 
 namespace nanovm::daemon {
 
+/// The sandbox transition table (sandbox/transitions.hpp) as served in the document's
+/// x-nanovm-transitions: {"states": [names], "ops": [{"op", "by_daemon", "during",
+/// "to", "states": {state: {"allowed": true, "no_op"} or {"allowed": false, "code",
+/// "message"}}}]}.
+nlohmann::json transitions_document();
+
 /// The document for `routes`.
 nlohmann::json openapi_document(const std::vector<RouteSpec>& routes);
 

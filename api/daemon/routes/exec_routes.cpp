@@ -78,7 +78,7 @@ void add_exec_routes(RouteContext& c) {
                   .summary = "Run a command (a shell line or an argv): its whole result, or with stream: true its output "
                              "as NDJSON lines then an exit line; timeout_s kills it in the guest",
                   .errors = {"sandbox_not_found", "bad_json", "invalid_field", "unknown_field", "out_of_range",
-                             "invalid_path", "sandbox_paused", "wrong_state", "vm_error"},
+                             "invalid_path", "sandbox_paused", "sandbox_archived", "wrong_state", "vm_error"},
                   .body_limit = 20u << 20,
                   .request_schema = "Exec",
                   .response_schema = "ExecResult"},

@@ -26,7 +26,7 @@ const QueryParam kPathParam{"path", "string", true, "an absolute guest path"};
 void add_file_routes(RouteContext& c) {
     SandboxManager& m = *c.manager;
     const std::vector<std::string> errors{"sandbox_not_found", "invalid_field", "invalid_path", "path_not_found",
-                                          "permission_denied", "path_conflict", "sandbox_paused", "wrong_state",
+                                          "permission_denied", "path_conflict", "sandbox_paused", "sandbox_archived", "wrong_state",
                                           "vm_error"};
     const auto with = [&errors](std::vector<std::string> more) {
         more.insert(more.end(), errors.begin(), errors.end());

@@ -120,7 +120,7 @@ void add_sandbox_routes(RouteContext& c) {
     c.router.add(RouteSpec{.method = "POST",
                            .pattern = "/v1/sandboxes/{id}/pause",
                            .summary = "Stop a sandbox's vCPUs until resume (exec and files answer 409 meanwhile)",
-                           .errors = {"sandbox_not_found", "wrong_state", "vm_error"},
+                           .errors = {"sandbox_not_found", "wrong_state", "sandbox_archived", "vm_error"},
                            .response_schema = "Sandbox"},
                  [&m](http::Request& req) {
                      JsonBody(req.body, {});
@@ -130,7 +130,7 @@ void add_sandbox_routes(RouteContext& c) {
     c.router.add(RouteSpec{.method = "POST",
                            .pattern = "/v1/sandboxes/{id}/resume",
                            .summary = "Let a paused or sleeping sandbox's vCPUs run again",
-                           .errors = {"sandbox_not_found", "wrong_state", "vm_error"},
+                           .errors = {"sandbox_not_found", "wrong_state", "sandbox_archived", "vm_error"},
                            .response_schema = "Sandbox"},
                  [&m](http::Request& req) {
                      JsonBody(req.body, {});
@@ -141,7 +141,7 @@ void add_sandbox_routes(RouteContext& c) {
                            .pattern = "/v1/sandboxes/{id}/fork",
                            .summary = "Fork a sandbox into n (1-4) new sandboxes; 200 if at least one was made",
                            .errors = {"sandbox_not_found", "bad_json", "invalid_field", "unknown_field", "out_of_range",
-                                      "wrong_state", "over_capacity", "vm_error", "disk_full"},
+                                      "wrong_state", "sandbox_archived", "over_capacity", "vm_error", "disk_full"},
                            .request_schema = "Fork",
                            .response_schema = "ForkResult"},
                  [&m](http::Request& req) {

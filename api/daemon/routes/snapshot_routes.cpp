@@ -38,7 +38,7 @@ void add_snapshot_routes(RouteContext& c) {
                            .summary = "Snapshot a sandbox (memory, disk, processes); wait_durable waits until it is "
                                       "saved; leave_paused leaves the sandbox sleeping (woken by its next exec or file call)",
                            .success = 201,
-                           .errors = {"sandbox_not_found", "bad_json", "invalid_field", "unknown_field", "wrong_state",
+                           .errors = {"sandbox_not_found", "bad_json", "invalid_field", "unknown_field", "wrong_state", "sandbox_archived",
                                       "vm_error", "disk_full"},
                            .request_schema = "CreateSnapshot",
                            .response_schema = "Snapshot"},
