@@ -21,12 +21,17 @@ constexpr std::array kCatalogue{
     ErrorKind{"no_route", 404, "No endpoint has this path."},
     ErrorKind{"sandbox_not_found", 404, "No sandbox has this id (or the id is not a UUID)."},
     ErrorKind{"snapshot_not_found", 404, "No snapshot has this id (or the id is not a UUID)."},
+    ErrorKind{"template_not_found", 404, "No template has this name."},
     ErrorKind{"path_not_found", 404, "The guest path does not exist (ENOENT, ENOTDIR)."},
     ErrorKind{"method_not_allowed", 405, "The path exists but not with this method."},
     ErrorKind{"wrong_state", 409, "The sandbox or snapshot is not in a state that allows this operation."},
     ErrorKind{"sandbox_paused", 409, "The sandbox is paused: resume it first."},
     ErrorKind{"sandbox_archived", 409, "The sandbox is archived: unarchive it first."},
     ErrorKind{"path_conflict", 409, "The guest path exists, is a directory, or is not empty (EEXIST, EISDIR...)."},
+    ErrorKind{"template_exists", 409, "A template with this name exists: delete it first."},
+    ErrorKind{"template_in_use", 409,
+              "Sandboxes made from the template exist: delete them first, or delete with force=true (its files stay "
+              "until they are gone)."},
     ErrorKind{"body_too_large", 413, "The request body is larger than this endpoint takes."},
     ErrorKind{"file_too_large", 413,
               "A file to write is larger than the daemon's file size limit (--max-file-size), or the guest refused its "
@@ -39,6 +44,9 @@ constexpr std::array kCatalogue{
     ErrorKind{"vm_error", 502, "The sandbox's VM or guest agent failed; the message says why."},
     ErrorKind{"over_capacity", 503,
               "Over a cap: running sandboxes, or host memory committed to running and sleeping sandboxes."},
+    ErrorKind{"template_building", 503,
+              "The create's template is being built (the first create of an image and shape starts it): retry after "
+              "the Retry-After header's seconds."},
     ErrorKind{"busy", 503, "The daemon has too many requests queued; try again."},
     ErrorKind{"disk_full", 507, "The state file system (or the guest's disk) is full."},
 };

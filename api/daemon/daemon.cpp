@@ -24,6 +24,7 @@
 #include "api/daemon/routes/routes.hpp"
 #include "api/daemon/sandbox/manager.hpp"
 #include "api/daemon/store/store.hpp"
+#include "api/daemon/template/template_manager.hpp"
 #include "api/daemon/worker_pool.hpp"
 #include "vmm/error.hpp"
 #include "vmm/fd.hpp"
@@ -98,6 +99,18 @@ CLI::App* add_daemon_command(CLI::App& app, DaemonOptions& o) {
     cmd->add_option("--max-file-size", o.max_file_bytes, "Bytes of a file written through the API at most (reads are streamed, any size)")
         ->type_name("BYTES")
         ->capture_default_str();
+    cmd->add_option("--implicit-templates", o.max_implicit_templates,
+                    "Implicit templates kept (a create of an image and shape restores its template; the least "
+                    "recently used beyond this are deleted); 0: creates boot cold")
+        ->type_name("N")
+        ->check(CLI::Range(0u, 256u).description(""))
+        ->capture_default_str();
+    cmd->add_option("--standbys", o.standbys,
+                    "Pre-made VMMs kept for the most used template shapes (one per shape; their guest memory counts "
+                    "against --max-memory); 0: none")
+        ->type_name("N")
+        ->check(CLI::Range(0u, 8u).description(""))
+        ->capture_default_str();
     return cmd;
 }
 
@@ -140,19 +153,27 @@ int run_daemon(const DaemonOptions& given) {
         manager_options.max_running = options.max_running;
         manager_options.max_memory_mb = options.max_memory_mb ? options.max_memory_mb : default_memory_cap_mb();
         manager_options.max_file_bytes = options.max_file_bytes;
+        TemplateOptions template_options;
+        template_options.state_dir = state;
+        template_options.max_implicit = options.max_implicit_templates;
+        template_options.max_standbys = options.standbys;
+        TemplateManager templates(template_options, store);
+        templates.recover();
         SandboxManager manager(manager_options, store);
+        manager.set_templates(&templates);
         manager.recover_and_watch();
 
         Metrics metrics;
         WorkerPool pool(options.workers, 1024);
         Router router(pool);
-        RouteContext context{router, metrics, options, std::chrono::steady_clock::now(), &manager,
+        RouteContext context{router, metrics, options, std::chrono::steady_clock::now(), &manager, &templates,
                              [&manager] { return manager.count_by_state(); }};
         add_service_routes(context);
         add_sandbox_routes(context);
         add_exec_routes(context);
         add_file_routes(context);
         add_snapshot_routes(context);
+        add_template_routes(context);
 
         http::ServerOptions server_options;
         server_options.unix_socket = sock;

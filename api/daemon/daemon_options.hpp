@@ -7,6 +7,8 @@
 //   <state>/vms/<vm id>/   each sandbox's VM directory (the daemon's run directory)
 //   <state>/snapshots/<snapshot id>/   each snapshot
 //   <state>/forks/<...>/   fork bases (the parent's frozen disks and state)
+//   <state>/templates/<hex>/   each template (a built one's snapshot in snapshot/)
+//   <state>/standbys/<cpus>x<mib>/   the pre-made VMMs' sockets (emptied at start)
 //
 // One file system for all of them, so snapshot layers are hard links.
 #pragma once
@@ -24,6 +26,8 @@ struct DaemonOptions {
     uint64_t max_memory_mb = 0;        ///< memory_mb committed at most (0: 90% of the host's MemTotal)
     uint64_t max_file_bytes = 256u << 20;  ///< a file written through the API at most (its body is held whole)
     unsigned workers = 32;             ///< threads for long requests
+    uint32_t max_implicit_templates = 4;  ///< implicit templates kept, LRU (0: creates boot cold)
+    uint32_t standbys = 1;             ///< pre-made VMMs for the most used template shapes (0: none)
 };
 
 /// $NANOVM_STATE_DIR, else /var/lib/nanovm for root, else

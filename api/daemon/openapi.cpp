@@ -50,6 +50,7 @@ json schemas() {
     s["SandboxList"] = object({{"sandboxes", {{"type", "array"}, {"items", ref("Sandbox")}}}, {"next", nullable_str}});
     s["CreateSandbox"] = object({{"image", str},
                                  {"snapshot_id", str},
+                                 {"template", str},
                                  {"cpus", {{"type", "integer"}, {"minimum", 1}, {"maximum", 4}, {"default", 2}}},
                                  {"memory_mb", {{"type", "integer"}, {"minimum", 128}, {"maximum", 8192}, {"default", 1024}}},
                                  {"disable_internet", boolean},
@@ -96,6 +97,27 @@ json schemas() {
                                   {"vmm_rss_bytes", integer},
                                   {"disk_bytes", integer},
                                   {"state", str}});
+    s["CreateTemplate"] = object({{"name", str},
+                                  {"image", str},
+                                  {"cpus", {{"type", "integer"}, {"minimum", 1}, {"maximum", 4}, {"default", 2}}},
+                                  {"memory_mb", {{"type", "integer"}, {"minimum", 128}, {"maximum", 8192}, {"default", 1024}}},
+                                  {"snapshot_id", str},
+                                  {"setup", {{"type", "array"}, {"items", str}, {"maxItems", 64}}}},
+                                 {"name"});
+    s["Template"] = object({{"name", str},
+                            {"state", {{"type", "string"}, {"enum", {"building", "ready", "failed"}}}},
+                            {"error", nullable_str},
+                            {"image", nullable_str},
+                            {"image_digest", nullable_str},
+                            {"cpus", integer},
+                            {"memory_mb", integer},
+                            {"snapshot_id", nullable_str},
+                            {"setup", {{"type", "array"}, {"items", str}}},
+                            {"implicit", boolean},
+                            {"uses", integer},
+                            {"created_at", str},
+                            {"last_used_at", nullable_str}});
+    s["TemplateList"] = object({{"templates", {{"type", "array"}, {"items", ref("Template")}}}});
     return s;
 }
 
@@ -139,10 +161,10 @@ json openapi_document(const std::vector<RouteSpec>& routes) {
         size_t pos = 0;
         while ((pos = r.pattern.find('{', pos)) != std::string::npos) {
             const size_t end = r.pattern.find('}', pos);
-            parameters.push_back(json{{"name", r.pattern.substr(pos + 1, end - pos - 1)},
-                                      {"in", "path"},
-                                      {"required", true},
-                                      {"schema", {{"type", "string"}, {"format", "uuid"}}}});
+            const std::string name = r.pattern.substr(pos + 1, end - pos - 1);
+            json schema{{"type", "string"}};
+            if (name != "name") schema["format"] = "uuid";  // ids are UUIDs; a template is named
+            parameters.push_back(json{{"name", name}, {"in", "path"}, {"required", true}, {"schema", schema}});
             pos = end;
         }
         for (const QueryParam& q : r.query)

@@ -154,6 +154,19 @@ class Daemon:
     def post(self, path, body=None, **kw):
         return self.request("POST", path, body=body if body is not None else {}, **kw)
 
+    def create(self, body, deadline_s=600, timeout=300):
+        """POST /v1/sandboxes, retried while the answer is 503 template_building (after
+        its Retry-After seconds), for at most deadline_s. Returns (the last answer,
+        how many 503 template_building answers came first)."""
+        end = time.time() + deadline_s
+        building = 0
+        while True:
+            a = self.post("/v1/sandboxes", body, timeout=timeout)
+            if a.status != 503 or a.code() != "template_building" or time.time() >= end:
+                return a, building
+            building += 1
+            time.sleep(float(a.headers.get("Retry-After", "1")))
+
     def raw(self, data, tcp=False, read_timeout=10, send_timeout=30):
         """Sends raw bytes on a new connection; returns what came back (maybe b'')."""
         if tcp:

@@ -17,6 +17,7 @@
 namespace nanovm::daemon {
 
 class SandboxManager;
+class TemplateManager;
 
 /// What the routes reach.
 struct RouteContext {
@@ -25,6 +26,7 @@ struct RouteContext {
     const DaemonOptions& options;
     std::chrono::steady_clock::time_point started;
     SandboxManager* manager = nullptr;
+    TemplateManager* templates = nullptr;
     /// Sandboxes per state (for /v1/health and /metrics).
     std::function<std::map<std::string, int64_t>()> sandbox_counts;
 };
@@ -39,5 +41,7 @@ void add_exec_routes(RouteContext& context);
 void add_file_routes(RouteContext& context);
 /// Snapshots (snapshot_routes.cpp).
 void add_snapshot_routes(RouteContext& context);
+/// /v1/templates (template_routes.cpp).
+void add_template_routes(RouteContext& context);
 
 }  // namespace nanovm::daemon

@@ -7,6 +7,7 @@
 #include "api/daemon/routes/resource_json.hpp"
 #include "api/daemon/routes/routes.hpp"
 #include "api/daemon/sandbox/manager.hpp"
+#include "api/daemon/template/template_manager.hpp"
 
 namespace nanovm::daemon {
 
@@ -17,12 +18,14 @@ using nlohmann::json;
 constexpr int64_t kMaxTimeoutS = 7 * 86400;
 
 CreateRequest parse_create(const std::string& body) {
-    const JsonBody b(body, {"image", "snapshot_id", "cpus", "memory_mb", "disable_internet", "metadata", "timeout_s"});
+    const JsonBody b(body,
+                     {"image", "snapshot_id", "template", "cpus", "memory_mb", "disable_internet", "metadata", "timeout_s"});
     CreateRequest r;
     if (auto v = b.string("image", 64)) r.image = *v;
     if (auto v = b.string("snapshot_id", 64)) r.snapshot_id = *v;
-    if (b.has("image") && b.has("snapshot_id"))
-        throw ApiError("invalid_field", "give \"image\" or \"snapshot_id\", not both");
+    if (auto v = b.string("template", 128)) r.template_name = *v;
+    if (b.has("image") + b.has("snapshot_id") + b.has("template") > 1)
+        throw ApiError("invalid_field", "give one of \"image\", \"snapshot_id\" and \"template\"");
     if (auto v = b.integer("cpus", 1, 4)) r.cpus = static_cast<uint32_t>(*v);
     if (auto v = b.integer("memory_mb", 128, 8192)) r.memory_mb = static_cast<uint32_t>(*v);
     if (auto v = b.boolean("disable_internet")) r.disable_internet = *v;
@@ -39,14 +42,24 @@ void add_sandbox_routes(RouteContext& c) {
 
     c.router.add(RouteSpec{.method = "POST",
                            .pattern = "/v1/sandboxes",
-                           .summary = "Create a sandbox from an image name (default, tiny) or a snapshot_id, and start it",
+                           .summary = "Create a sandbox from an image name (default, tiny), a template or a snapshot_id, "
+                                      "and start it (an image restores its implicit template: 503 template_building "
+                                      "with Retry-After while it is built)",
                            .success = 201,
                            .errors = {"bad_json", "invalid_field", "unknown_field", "out_of_range", "invalid_value",
-                                      "shape_mismatch", "snapshot_not_found", "wrong_state", "over_capacity", "vm_error",
-                                      "disk_full"},
+                                      "shape_mismatch", "snapshot_not_found", "template_not_found", "wrong_state",
+                                      "template_building", "over_capacity", "vm_error", "disk_full"},
                            .request_schema = "CreateSandbox",
                            .response_schema = "Sandbox"},
-                 [&m](http::Request& req) { return json_response(201, sandbox_json(m.create(parse_create(req.body)))); });
+                 [&m](http::Request& req) {
+                     try {
+                         return json_response(201, sandbox_json(m.create(parse_create(req.body))));
+                     } catch (const TemplateBuilding& e) {
+                         http::Response r = error_response(e);
+                         r.headers.emplace_back("Retry-After", std::to_string(e.retry_after_s()));
+                         return r;
+                     }
+                 });
 
     c.router.add(RouteSpec{.method = "GET",
                            .pattern = "/v1/sandboxes",

@@ -14,6 +14,7 @@
 #include "api/daemon/api_error.hpp"
 #include "api/daemon/random_bytes.hpp"
 #include "api/daemon/store/file_refs.hpp"
+#include "api/daemon/template/template_manager.hpp"
 #include "api/vm/state_dir.hpp"
 #include "snapshot/manifest.hpp"
 #include "vmm/error.hpp"
@@ -114,15 +115,20 @@ SandboxRecord SandboxManager::new_record(const CreateRequest& request) const {
 
 void SandboxManager::reserve(const std::vector<SandboxRecord>& records) {
     std::lock_guard lock(mutex_);
+    int64_t want_memory = 0;
+    for (const SandboxRecord& r : records) want_memory += r.memory_mb;
+    check_fits(static_cast<int64_t>(records.size()), want_memory);
+    for (const SandboxRecord& r : records) store_.put_sandbox(r);
+}
+
+void SandboxManager::check_fits(int64_t n, int64_t want_memory) {
     int64_t count = 0, memory = 0;
     for (const SandboxRecord& r : store_.all_sandboxes()) {
         if (!holds_resources(state_of(r))) continue;
         ++count;
         memory += r.memory_mb;
     }
-    int64_t want_memory = 0;
-    for (const SandboxRecord& r : records) want_memory += r.memory_mb;
-    const auto n = static_cast<int64_t>(records.size());
+    if (templates_) memory += templates_->held_memory_mb();  // build VMs and pooled standbys
     if (count + n > options_.max_running)
         throw ApiError("over_capacity", fmt::format("{} sandboxes hold a VM and the daemon takes at most {} "
                                                     "(--max-sandboxes): delete one first",
@@ -131,16 +137,17 @@ void SandboxManager::reserve(const std::vector<SandboxRecord>& records) {
         throw ApiError("over_capacity", fmt::format("{} MiB of guest memory is committed and {} more would pass the cap "
                                                     "of {} MiB (--max-memory)",
                                                     memory, want_memory, options_.max_memory_mb));
-    for (const SandboxRecord& r : records) store_.put_sandbox(r);
 }
 
-SandboxRecord SandboxManager::launch(SandboxRecord record, const std::string& restore_dir) {
+SandboxRecord SandboxManager::launch(SandboxRecord record, const std::string& restore_dir,
+                                     const std::vector<std::string>& standby_sockets) {
     const auto s = slot(record.id);
     std::lock_guard op(s->op);
     VmDriver::Started started;
     try {
         started = vms_.start(static_cast<uint32_t>(record.cpus), static_cast<uint32_t>(record.memory_mb),
-                             restore_dir.empty() ? VmDriver::image_path(record.image) : std::string(), restore_dir);
+                             restore_dir.empty() ? VmDriver::image_path(record.image) : std::string(), restore_dir,
+                             standby_sockets);
     } catch (...) {
         store_.delete_sandbox(record.id);
         throw;
@@ -153,11 +160,38 @@ SandboxRecord SandboxManager::launch(SandboxRecord record, const std::string& re
 
 SandboxRecord SandboxManager::create(const CreateRequest& request) {
     if (!request.snapshot_id.empty()) return restore(request.snapshot_id, request);
+    if (templates_ && !request.template_name.empty()) {
+        const TemplateUse from = templates_->use(request.template_name);
+        if ((request.cpus && *request.cpus != from.cpus) || (request.memory_mb && *request.memory_mb != from.memory_mb))
+            throw ApiError("shape_mismatch", fmt::format("template {} is {} cpus, {} MiB: a create from it takes that shape",
+                                                         from.name, from.cpus, from.memory_mb));
+        return create_from_template(from, request);
+    }
+    if (templates_) {
+        (void)VmDriver::image_path(request.image);  // an unknown name stops here
+        {
+            std::lock_guard lock(mutex_);  // over a cap: refused before a template build starts
+            check_fits(1, request.memory_mb.value_or(1024));
+        }
+        const auto from = templates_->use_implicit(request.image, request.cpus.value_or(2), request.memory_mb.value_or(1024));
+        if (from) return create_from_template(*from, request);
+    }
     SandboxRecord r = new_record(request);
     r.image = request.image;
     (void)VmDriver::image_path(r.image);  // an unknown name stops here
     reserve({r});
     return launch(std::move(r), "");
+}
+
+SandboxRecord SandboxManager::create_from_template(const TemplateUse& from, const CreateRequest& request) {
+    CreateRequest shaped = request;
+    shaped.cpus = from.cpus;
+    shaped.memory_mb = from.memory_mb;
+    SandboxRecord r = new_record(shaped);
+    r.image = from.image;
+    reserve({r});
+    templates_->made_sandbox(from.name, r.id);
+    return launch(std::move(r), from.restore_dir, from.standby_sockets);
 }
 
 SandboxRecord SandboxManager::get(const std::string& id) { return must_get(id); }

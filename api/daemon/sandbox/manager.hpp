@@ -30,6 +30,9 @@
 
 namespace nanovm::daemon {
 
+class TemplateManager;
+struct TemplateUse;
+
 /// The manager's limits and places.
 struct ManagerOptions {
     std::string state_dir;
@@ -43,6 +46,7 @@ struct ManagerOptions {
 struct CreateRequest {
     std::string image = "default";  ///< a name (vm_driver image_path)
     std::string snapshot_id;        ///< set: restore this snapshot instead (its shape)
+    std::string template_name;      ///< set: restore this named template (its shape; template_manager.hpp)
     std::optional<uint32_t> cpus;       ///< default 2; with snapshot_id must match the snapshot's
     std::optional<uint32_t> memory_mb;  ///< default 1024; likewise
     bool disable_internet = false;
@@ -109,6 +113,10 @@ public:
     /// every live VMM of a recorded sandbox, marks the others error (with the reason
     /// from vmm.log), stops VMMs no record names, then starts the watcher.
     void recover_and_watch();
+    /// Creates restore templates (template_manager.hpp) from here on: a create with
+    /// "template", or with an image and shape (its implicit template); the templates'
+    /// build VMs and standbys count against --max-memory. Set before serving.
+    void set_templates(TemplateManager* templates) { templates_ = templates; }
 
     // Sandboxes.
     store::SandboxRecord create(const CreateRequest& request);
@@ -167,10 +175,16 @@ private:
     /// Records `records` (state creating) if they fit the caps; 503 over_capacity
     /// otherwise (nothing recorded).
     void reserve(const std::vector<store::SandboxRecord>& records);
+    /// Throws 503 over_capacity unless `n` more sandboxes of `want_memory` MiB in
+    /// all fit the caps. Call with mutex_ held.
+    void check_fits(int64_t n, int64_t want_memory);
     /// A new record in state creating (id, timestamps, timeout from `request`).
     store::SandboxRecord new_record(const CreateRequest& request) const;
     /// Starts a VMM for the record (in state creating) and records the outcome.
-    store::SandboxRecord launch(store::SandboxRecord record, const std::string& restore_dir);
+    store::SandboxRecord launch(store::SandboxRecord record, const std::string& restore_dir,
+                                const std::vector<std::string>& standby_sockets = {});
+    /// A create that restores a ready template.
+    store::SandboxRecord create_from_template(const TemplateUse& from, const CreateRequest& request);
     /// The sandbox ready for an exec or file call (woken if sleeping); its VM id.
     std::string use(const std::string& id);
     agent::AgentClient agent_for(const std::string& id);
@@ -182,6 +196,7 @@ private:
     ManagerOptions options_;
     store::Store& store_;
     VmDriver vms_;
+    TemplateManager* templates_ = nullptr;
     std::mutex mutex_;  ///< slots_, and the caps' check-and-reserve
     std::map<std::string, std::shared_ptr<Slot>> slots_;
     std::atomic<bool> stopping_{false};

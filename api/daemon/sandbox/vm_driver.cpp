@@ -27,7 +27,7 @@ namespace {
 }  // namespace
 
 VmDriver::Started VmDriver::start(uint32_t cpus, uint32_t memory_mib, const std::string& image,
-                                  const std::string& restore_dir) {
+                                  const std::string& restore_dir, const std::vector<std::string>& standby_sockets) {
     vm::SandboxSpec spec;
     spec.run_dir = run_.root;
     spec.keep_dir = true;
@@ -36,6 +36,7 @@ VmDriver::Started VmDriver::start(uint32_t cpus, uint32_t memory_mib, const std:
     spec.memory_mib = memory_mib;
     spec.image = image;
     spec.restore_dir = restore_dir;
+    spec.standby_sockets = standby_sockets;
     try {
         const vm::StartedVm vm = vm::start_vm(spec, /*attached=*/false, -1);
         return Started{vm.paths.id, vm.paths.dir, vm.pid};

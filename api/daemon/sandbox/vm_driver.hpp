@@ -36,10 +36,12 @@ public:
     };
 
     /// Boots a VM of `cpus` x `memory_mib` from root image `image` (a file), or with
-    /// `restore_dir` restores that snapshot; returns once its agent answers. No fork
-    /// standbys. Throws ApiError vm_error with the reason (and the guest console's
-    /// last line for a guest that died booting).
-    Started start(uint32_t cpus, uint32_t memory_mib, const std::string& image, const std::string& restore_dir = "");
+    /// `restore_dir` restores that snapshot (offered first to the pre-made VMMs at
+    /// `standby_sockets`, SandboxSpec::standby_sockets); returns once its agent
+    /// answers. No fork standbys. Throws ApiError vm_error with the reason (and the
+    /// guest console's last line for a guest that died booting).
+    Started start(uint32_t cpus, uint32_t memory_mib, const std::string& image, const std::string& restore_dir = "",
+                  const std::vector<std::string>& standby_sockets = {});
 
     /// One fork child: started, or why not.
     struct ForkChild {

@@ -63,6 +63,31 @@ CREATE TABLE dir_refs (
 );
 CREATE INDEX dir_refs_to ON dir_refs(to_path);
 )sql",
+    // 2: templates (template_store.cpp).
+    R"sql(
+CREATE TABLE templates (
+  name TEXT PRIMARY KEY,
+  implicit INTEGER NOT NULL DEFAULT 0,
+  state TEXT NOT NULL,
+  error TEXT NOT NULL DEFAULT '',
+  image TEXT NOT NULL DEFAULT '',
+  image_digest TEXT NOT NULL DEFAULT '',
+  cpus INTEGER NOT NULL,
+  memory_mb INTEGER NOT NULL,
+  snapshot_id TEXT NOT NULL DEFAULT '',
+  setup TEXT NOT NULL DEFAULT '[]',
+  dir TEXT NOT NULL DEFAULT '',
+  restore_dir TEXT NOT NULL DEFAULT '',
+  created_ms INTEGER NOT NULL,
+  used_ms INTEGER NOT NULL DEFAULT 0,
+  uses INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE template_sandboxes (
+  sandbox_id TEXT PRIMARY KEY,
+  template TEXT NOT NULL
+);
+CREATE INDEX template_sandboxes_template ON template_sandboxes(template);
+)sql",
 };
 
 constexpr int kLatest = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));

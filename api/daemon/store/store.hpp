@@ -67,6 +67,29 @@ struct SnapshotRecord {
     bool operator==(const SnapshotRecord&) const = default;
 };
 
+/// A template (api/daemon/template/template_manager.hpp): an (image, shape) booted
+/// once (with setup lines run) and snapshotted, or a snapshot taken as it is.
+/// Persisted by template_store.cpp (table templates, migration 2).
+struct TemplateRecord {
+    std::string name;       ///< named: [a-z0-9][a-z0-9._-]*; implicit: "auto:<image>:<cpus>x<memory_mb>"
+    bool implicit = false;  ///< made by a create of a new (image, shape); collected LRU
+    std::string state;      ///< building, ready, failed
+    std::string error;      ///< why, when failed
+    std::string image;      ///< image name ("" for one from a snapshot of a restore)
+    std::string image_digest;  ///< sha256 of the root image once images are pinned; "" until then
+    int64_t cpus = 0;
+    int64_t memory_mb = 0;
+    std::string snapshot_id;  ///< made from this snapshot ("" if booted)
+    std::vector<std::string> setup;  ///< shell lines run once before the checkpoint
+    std::string dir;          ///< its own directory (the store's dir, kind "template")
+    std::string restore_dir;  ///< the snapshot a create restores (dir/snapshot, or the snapshot's dir)
+    int64_t created_ms = 0;
+    int64_t used_ms = 0;      ///< last create from it (LRU)
+    int64_t uses = 0;         ///< creates from it
+
+    bool operator==(const TemplateRecord&) const = default;
+};
+
 /// Which sandboxes list() returns: a state, a label, and a page after an id.
 struct SandboxFilter {
     std::string state;              ///< "" : any
@@ -107,6 +130,17 @@ public:
     /// `sandbox_id` is set.
     std::vector<SnapshotRecord> snapshots(const std::string& sandbox_id, const std::string& after, int64_t limit);
     void delete_snapshot(const std::string& id);
+
+    // Templates (template_store.cpp).
+    void put_template(const TemplateRecord& record);  ///< insert or replace
+    std::optional<TemplateRecord> template_record(const std::string& name);
+    std::vector<TemplateRecord> templates();  ///< by name
+    void delete_template(const std::string& name);
+    /// Records that sandbox `sandbox_id` was made from template `name`.
+    void add_template_sandbox(const std::string& name, const std::string& sandbox_id);
+    /// The sandboxes made from template `name` that still exist (by id); forgets the
+    /// ones that are gone.
+    std::vector<std::string> template_sandboxes(const std::string& name);
 
     // Directories and references.
     /// Records a directory (kept until released and unreferenced).
