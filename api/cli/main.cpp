@@ -16,6 +16,7 @@
 #include "api/cli/run_command.hpp"
 #include "api/cli/sandbox_command.hpp"
 #include "api/cli/snapshot_command.hpp"
+#include "api/cli/template_command.hpp"
 #include "api/cli/vm_command.hpp"
 #include "vmm/error.hpp"
 #include "vmm/log.hpp"
@@ -106,6 +107,8 @@ int main(int argc, char** argv) {
         const cli::SandboxCommands sandbox_commands = cli::add_sandbox_commands(app, sandbox_options);
         cli::SnapshotOptions snapshot_options;
         const cli::SnapshotCommands snapshot_commands = cli::add_snapshot_commands(app, snapshot_options);
+        cli::TemplateOptions template_options;
+        const cli::TemplateCommands template_commands = cli::add_template_commands(app, template_options);
 
         // CLI11 answers an unknown command word (or an option where one belongs) with
         // "A subcommand is required": say what was wrong instead, for `nanovm WORD`
@@ -131,6 +134,9 @@ int main(int argc, char** argv) {
         if (argc > 2 && std::string_view(argv[1]) == "snapshot" && !std::string_view(argv[2]).starts_with("-") &&
             unknown_word(*snapshot_commands.group, argv[2], "snapshot "))
             return exit_status::kUsage;
+        if (argc > 2 && std::string_view(argv[1]) == "template" && !std::string_view(argv[2]).starts_with("-") &&
+            unknown_word(*template_commands.group, argv[2], "template "))
+            return exit_status::kUsage;
         try {
             app.parse(argc, argv);
         } catch (const CLI::ParseError& e) {
@@ -147,6 +153,7 @@ int main(int argc, char** argv) {
         if (*daemon_cmd) return daemon::run_daemon(daemon_options);
         if (*sandbox_commands.group) return cli::run_sandbox_command(sandbox_commands, sandbox_options);
         if (*snapshot_commands.group) return cli::run_snapshot_command(snapshot_commands, snapshot_options);
+        if (*template_commands.group) return cli::run_template_command(template_commands, template_options);
         if (*vm_commands.vm || *vm_commands.vmm || *vm_commands.standby) return run_vm_command(vm_commands, vm_options);
         if (*boot) {
             try {

@@ -13,6 +13,7 @@
 
 #include "api/cli/exec_stream.hpp"
 #include "api/cli/run_command.hpp"
+#include "api/cli/template_command.hpp"
 #include "vmm/fd.hpp"
 #include "vmm/log.hpp"
 
@@ -34,6 +35,7 @@ int create(client::ApiClient& api, const SandboxOptions& o) {
     json body = json::object();
     if (!o.image.empty()) body["image"] = o.image;
     if (!o.snapshot_id.empty()) body["snapshot_id"] = resolve_id(api, "snapshot", o.snapshot_id);
+    if (!o.template_name.empty()) body["template"] = o.template_name;
     if (o.cpus) body["cpus"] = *o.cpus;
     if (o.memory_mb) body["memory_mb"] = *o.memory_mb;
     if (o.timeout_s) body["timeout_s"] = *o.timeout_s;
@@ -42,7 +44,7 @@ int create(client::ApiClient& api, const SandboxOptions& o) {
     json sandbox;
     {
         Progress progress(o.snapshot_id.empty() ? "creating a sandbox" : "restoring a snapshot into a sandbox");
-        sandbox = api.post("/v1/sandboxes", body);
+        sandbox = create_sandbox(api, body);  // waits while its template is built
     }
     if (o.client.json)
         print_json(sandbox);
@@ -328,6 +330,8 @@ SandboxCommands add_sandbox_commands(CLI::App& app, SandboxOptions& o) {
     c.create->add_option("--image", o.image, "Image name: default or tiny [default: default]")->type_name("NAME");
     c.create->add_option("--snapshot", o.snapshot_id, "Restore this snapshot instead of booting an image")
         ->type_name("ID");
+    c.create->add_option("--template", o.template_name, "Restore this template (nanovm template create)")
+        ->type_name("NAME");
     c.create->add_option("--cpus", o.cpus, "vCPUs (1 to 4) [default: 2]")->type_name("N");
     c.create->add_option("--memory", o.memory_mb, "Guest RAM in MiB (128 to 8192) [default: 1024]")->type_name("MiB");
     c.create->add_option("--timeout", o.timeout_s, "Delete the sandbox S seconds after creation (0: never)")

@@ -31,7 +31,7 @@ struct SandboxOptions {
     ClientOptions client;
     std::string id;                         ///< the one-id commands
     std::vector<std::string> ids;           ///< rm
-    std::string image, snapshot_id;         ///< create
+    std::string image, snapshot_id, template_name;  ///< create
     std::optional<int64_t> cpus, memory_mb, timeout_s;  ///< create (timeout_s: exec too)
     bool disable_internet = false;          ///< create
     std::vector<std::string> labels;        ///< create, ls

@@ -114,6 +114,34 @@ try:
                f"a create where the guest cannot boot: exit 1 with the daemon's reason ({err.strip()[:150]})", err)
     code, out, err = run("sandbox", "ls", "--json", "--state-dir", state)
     tap.ok(code == 0 and all(s["state"] != "creating" for s in json.loads(out)), "no sandbox is left creating", out)
+
+    # Templates (that create went through the implicit template auto:default:1x256).
+    code, out, err = run("template", "list", "--json", "--state-dir", state)
+    tap.ok(code == 0 and [t["name"] for t in json.loads(out)] == ["auto:default:1x256"],
+           "template list --json: the create's implicit template", out + err)
+    expect("template get of an unknown name: 4, template_not_found", 4, "template_not_found", "template", "get", "nope",
+           "--state-dir", state)
+    expect("template delete of an unknown name: 4", 4, "template_not_found", "template", "delete", "nope",
+           "--state-dir", state)
+    expect("sandbox create --template of an unknown name: 4", 4, "template_not_found", "sandbox", "create",
+           "--template", "nope", "--state-dir", state)
+    expect("template create with a bad name: 2 (invalid_value)", 2, "invalid_value", "template", "create", "Bad/Name",
+           "--state-dir", state)
+    expect("an unknown template command: 2, with the list", 2, "the template commands are create, list", "template",
+           "frob")
+    code, out, err = run("template", "create", "t1", "--cpus", "1", "--memory", "256", "--setup", "touch /baked",
+                         "--state-dir", state, timeout=600)
+    if code == 0:
+        tap.ok(out.strip() == "t1", "template create: ready, its name printed", out + err)
+    else:
+        tap.ok(code == 1 and "template t1 failed" in err, f"template create where the guest cannot boot: exit 1 with "
+                                                          f"the reason ({err.strip()[:150]})", err)
+    expect("template create of a name that exists: 5 (template_exists)", 5, "template_exists", "template", "create",
+           "t1", "--state-dir", state)
+    code, out, err = run("template", "get", "t1", "--json", "--state-dir", state)
+    tap.ok(code == 0 and json.loads(out)["setup"] == ["touch /baked"], "template get --json: its setup line", out + err)
+    tap.ok(run("template", "rm", "t1", "--state-dir", state)[0] == 0 and
+           run("template", "get", "t1", "--state-dir", state)[0] == 4, "template rm, then get: 4")
 finally:
     daemon.stop()
 sys.exit(tap.done())

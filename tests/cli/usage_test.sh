@@ -16,7 +16,7 @@ expect() {
   fi
 }
 expect "an unknown command is named, with the list of commands" 2 \
-  "^nanovm: unknown command 'frob'; the commands are boot, doctor, daemon, run, vm, sandbox, snapshot \(nanovm --help\)$" frob
+  "^nanovm: unknown command 'frob'; the commands are boot, doctor, daemon, run, vm, sandbox, snapshot, template \(nanovm --help\)$" frob
 expect "an unknown option before the command is named" 2 "unknown option '--bogus'" --bogus vm list
 expect "no command at all asks for one" 2 "A subcommand is required"
 expect "an unknown vm command is named, with the list of vm commands" 2 \

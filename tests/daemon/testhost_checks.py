@@ -27,7 +27,8 @@ def run():
     nanovm = sys.argv[1]
     tap = Tap()
     state = tempfile.mkdtemp(prefix="nvd.", dir="/tmp")  # short: the sockets' sun_path
-    d = Daemon(nanovm, state_dir=state).start()
+    # Booted sandboxes (their console shows the boot): templates are testhost_templates.py's.
+    d = Daemon(nanovm, state_dir=state, args=["--implicit-templates", "0"]).start()
     ok = tap.ok
 
     def exec_(sid, body, **kw):
@@ -163,7 +164,7 @@ def run():
         before = {s["id"]: s["state"] for s in d.get("/v1/sandboxes").json()["sandboxes"]}
         snaps_before = sorted(x["id"] for x in d.get("/v1/snapshots").json()["snapshots"])
         d.stop(sig=signal.SIGKILL)
-        d = Daemon(nanovm, state_dir=state).start()
+        d = Daemon(nanovm, state_dir=state, args=["--implicit-templates", "0"]).start()
         after = {s["id"]: s["state"] for s in d.get("/v1/sandboxes").json()["sandboxes"]}
         ok(after == before and len(after) == 4, f"after kill -9 and a restart every record is back ({after})", before)
         ok(sorted(x["id"] for x in d.get("/v1/snapshots").json()["snapshots"]) == snaps_before, "and every snapshot")

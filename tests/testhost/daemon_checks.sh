@@ -2,10 +2,12 @@
 # nanovmd with real guests, run INSIDE the test host by checks.sh (section "daemon"):
 # tests/daemon/testhost_checks.py drives the daemon over HTTP; its TAP lines are
 # renumbered into checks.sh's.
+# tests/daemon/testhost_templates.py (templates) runs after it the same way.
 # Usage (sourced): . daemon_checks.sh   with $nanovm $work set.
-dm=$work/daemon
+dm_run() {  # dm_run SCRIPT SECONDS
+dm=$work/daemon/$1
 mkdir -p "$dm"
-timeout 440 python3 "$(dirname "$0")/../daemon/testhost_checks.py" "$nanovm" >"$dm/tap" 2>"$dm/stderr"
+timeout "$2" python3 "$(dirname "$0")/../daemon/$1" "$nanovm" >"$dm/tap" 2>"$dm/stderr"
 dm_status=$?
 while IFS= read -r line; do
   case $line in
@@ -16,5 +18,8 @@ while IFS= read -r line; do
   esac
 done <"$dm/tap"
 if [ "$dm_status" != 0 ] && ! grep -q '^not ok ' "$dm/tap"; then
-  not_ok "the daemon checks ended with status $dm_status (124: their 440 s ran out)"; diag "$dm/stderr" 30
+  not_ok "$1 ended with status $dm_status (124: its $2 s ran out)"; diag "$dm/stderr" 30
 fi
+}
+dm_run testhost_checks.py 440
+dm_run testhost_templates.py 300

@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""nanovmd's templates with real guests, run INSIDE the test host
+(tests/testhost/daemon_checks.sh), 256 MiB 1-vCPU sandboxes: the first create of an
+(image, shape) answers 503 template_building with Retry-After, then the template is
+ready and the next create is a restore (its vmm.log says so) with its own hostname;
+a later one restores into the daemon's pre-made VMM; a named template with setup
+lines whose file every sandbox made from it has; delete with dependants 409, forced
+204 with the sandbox running on; a template from a snapshot that outlives the
+snapshot; everything deleted leaves no template or VM directory. TAP (numbered from
+1; the wrapper renumbers).
+Usage: testhost_templates.py NANOVM"""
+
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from daemon_harness import Daemon, Tap, main_guard  # noqa: E402
+
+SHAPE = {"cpus": 1, "memory_mb": 256}
+IMPLICIT = "auto:default:1x256"
+
+
+def run():
+    nanovm = sys.argv[1]
+    tap = Tap()
+    state = tempfile.mkdtemp(prefix="nvt.", dir="/tmp")  # short: the sockets' sun_path
+    d = Daemon(nanovm, state_dir=state).start()
+    ok = tap.ok
+
+    def sh(sid, line):
+        a = d.post(f"/v1/sandboxes/{sid}/exec", {"cmd": line}, timeout=120)
+        return a.json().get("stdout", "") if a.status == 200 else f"<{a}>"
+
+    def vmm_log(sid):
+        return d.get(f"/v1/sandboxes/{sid}/logs/vmm?tail_bytes=8192").body
+
+    def wait_template(name, deadline_s=300):
+        end = time.time() + deadline_s
+        while True:
+            g = d.get(f"/v1/templates/{name}")
+            if g.status != 200 or g.json()["state"] != "building" or time.time() >= end:
+                return g
+            time.sleep(1)
+
+    try:
+        t0 = time.time()
+        first = d.post("/v1/sandboxes", SHAPE)
+        retry = first.headers.get("Retry-After", "")
+        ok(first.status == 503 and first.code() == "template_building" and retry.isdigit(),
+           f"the first create of (default, 1x256): 503 template_building, Retry-After {retry}", first)
+        c, building = d.create(dict(SHAPE, metadata={"n": "1"}), deadline_s=300)
+        g = d.get(f"/v1/templates/{IMPLICIT}").json()
+        ok(c.status == 201 and g["state"] == "ready" and g["implicit"] and g["uses"] == 1,
+           f"then ready: the create retried {building} more times, 201 after {time.time() - t0:.1f} s", c)
+        if c.status != 201:
+            print("# template: " + str(g))
+            return tap.done()
+        a = c.json()["id"]
+        log_a = vmm_log(a)
+        ok("restored" in log_a, "its vmm.log says the VM was restored, not booted", log_a[-1500:])
+        t0 = time.time()
+        c2, _ = d.create(SHAPE, deadline_s=60)
+        ms = (time.time() - t0) * 1000
+        b = c2.json()["id"] if c2.status == 201 else None
+        ok(c2.status == 201 and "restored" in vmm_log(b), f"the next create: 201 at once, a restore ({ms:.0f} ms)", c2)
+        ha, hb = sh(a, "hostname").strip(), sh(b, "hostname").strip() if b else ""
+        ok(ha and hb and ha != hb and "<" not in ha + hb, f"each sandbox has its own hostname ({ha}, {hb})")
+        # The pool: a standby of this shape is made after the first use; the next
+        # create restores into it.
+        sockets = os.path.join(state, "standbys", "1x256")
+        end = time.time() + 60
+        while time.time() < end and not any(n.endswith(".sock") for n in os.listdir(sockets) if os.path.isdir(sockets)):
+            time.sleep(0.5)
+        time.sleep(0.5)
+        c3, _ = d.create(SHAPE, deadline_s=60)
+        s3 = c3.json()["id"] if c3.status == 201 else None
+        log3 = vmm_log(s3) if s3 else ""
+        ok(c3.status == 201 and "standby made ahead" in log3 and sh(s3, "echo up") == "up\n",
+           "a create restores into the daemon's pre-made VMM (its vmm.log says so) and answers", log3[-1500:])
+
+        # A named template with setup lines: baked into every sandbox made from it.
+        t0 = time.time()
+        nt = d.post("/v1/templates", dict(SHAPE, name="baked", setup=["echo baked-$((6*7)) > /root/baked.txt", "sync"]))
+        ok(nt.status == 202 and nt.json()["state"] == "building", "POST /v1/templates with setup lines: 202 building", nt)
+        early = d.post("/v1/sandboxes", {"template": "baked"})
+        ok(early.status == 503 and early.code() == "template_building" and early.headers.get("Retry-After"),
+           "a create from it while it builds: 503 template_building", early)
+        g = wait_template("baked")
+        ok(g.status == 200 and g.json()["state"] == "ready", f"the named template is ready ({time.time() - t0:.1f} s)", g)
+        kids = []
+        for _ in range(2):
+            k = d.post("/v1/sandboxes", {"template": "baked", "metadata": {"t": "baked"}}, timeout=120)
+            if k.status == 201:
+                kids.append(k.json()["id"])
+        files = [sh(k, "cat /root/baked.txt") for k in kids]
+        ok(len(kids) == 2 and files == ["baked-42\n", "baked-42\n"], f"two sandboxes from it, each with the setup's file "
+                                                                    f"({files})")
+        sh(kids[0], "echo mine > /root/baked.txt") if kids else None
+        ok(kids and sh(kids[1], "cat /root/baked.txt") == "baked-42\n", "one's write does not reach the other")
+        dl = d.request("DELETE", "/v1/templates/baked")
+        ok(dl.status == 409 and dl.code() == "template_in_use", "delete it while sandboxes use it: 409 template_in_use", dl)
+        df = d.request("DELETE", "/v1/templates/baked?force=true")
+        ok(df.status == 204 and d.get("/v1/templates/baked").status == 404 and kids and
+           sh(kids[1], "cat /root/baked.txt") == "baked-42\n", "force=true: 204, and its sandboxes run on", df)
+        for k in kids:
+            d.request("DELETE", f"/v1/sandboxes/{k}", timeout=120)
+
+        # A template from a snapshot outlives the snapshot.
+        sh(a, "echo from-a > /root/a.txt; sync")
+        sn = d.post(f"/v1/sandboxes/{a}/snapshots", {"wait_durable": True}, timeout=300)
+        st = d.post("/v1/templates", {"name": "from-snap", "snapshot_id": sn.json()["id"]}) if sn.status == 201 else sn
+        ok(st.status == 202 and st.json()["state"] == "ready", "a template from a durable snapshot: ready at once", st)
+        if sn.status == 201:
+            d.request("DELETE", f"/v1/snapshots/{sn.json()['id']}")
+        fs_ = d.post("/v1/sandboxes", {"template": "from-snap"}, timeout=120)
+        ok(fs_.status == 201 and sh(fs_.json()["id"], "cat /root/a.txt") == "from-a\n",
+           "after the snapshot is deleted, a sandbox from that template has the snapshot's file", fs_)
+
+        # Everything deleted: no template, snapshot or VM directory left.
+        for x in d.get("/v1/sandboxes").json()["sandboxes"]:
+            d.request("DELETE", f"/v1/sandboxes/{x['id']}", timeout=120)
+        for x in d.get("/v1/templates").json()["templates"]:
+            d.request("DELETE", f"/v1/templates/{x['name']}")
+        left = {sub: sorted(os.listdir(os.path.join(state, sub))) if os.path.isdir(os.path.join(state, sub)) else []
+                for sub in ("vms", "snapshots", "templates")}
+        ok(d.get("/v1/templates").json()["templates"] == [] and not any(left.values()),
+           f"all deleted: no VM, snapshot or template directory left ({left})")
+    finally:
+        if d.alive():
+            d.stop()
+        if tap.failed:
+            print("# daemon stderr (end):")
+            for line in d.stderr()[-3000:].splitlines():
+                print("# " + line)
+    return tap.done()
+
+
+if __name__ == "__main__":
+    main_guard(run)
