@@ -51,7 +51,9 @@ def main():
     os.makedirs(state, exist_ok=True)
     sock = os.path.join(state, "nanovmd.sock")
     log = open(os.path.join(state, "daemon.log"), "wb")
-    daemon = subprocess.Popen([a.nanovm, "daemon", "--state-dir", state], stdin=subprocess.DEVNULL,
+    # Creates boot, as the direct side's do (no implicit template: tools/bench/run lifecycle measures those).
+    daemon = subprocess.Popen([a.nanovm, "daemon", "--state-dir", state, "--implicit-templates", "0"],
+                              stdin=subprocess.DEVNULL,
                               stdout=log, stderr=log)
     try:
         for _ in range(200):

@@ -1,0 +1,203 @@
+"""tools/bench/run lifecycle: sandbox lifecycle operations through nanovmd's API, beside
+a cold boot of the same shape with `nanovm vm start`, in the same run, round by round
+(1 vCPU / 256 MiB by default).
+
+Starts `nanovm daemon` on a fresh state directory, makes the shape's template ready
+(the first create of an image and shape builds it: 503 template_building until then;
+that wait is not timed), then per round runs every op in OPS in order, each timing
+what a client waits for. Prints a table, then one JSON line: for op X the keys
+nanovm_api_X_ms (median) and nanovm_api_X_p99_ms; nanovm_cold_boot_ms and
+nanovm_cold_boot_p99_ms; and create_speedup_vs_cold_boot (cold boot median / create
+median; the issue's goal is >= 10).
+
+An op is one function registered with @op("name"): it gets the Bench and returns
+the milliseconds of one sample; b.sandbox() gives it a running sandbox made from the
+template (deleted at the end of the round), b.timed(method, target, body) times one
+request. Ops that need more setup (a sandbox with data written, a snapshot) make it
+themselves, untimed."""
+import argparse
+import http.client
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+
+class UnixHTTP(http.client.HTTPConnection):
+    def __init__(self, path, timeout):
+        super().__init__("nanovm", timeout=timeout)
+        self.path_ = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.path_)
+
+
+class Bench:
+    def __init__(self, args, sock):
+        self.a = args
+        self.sock = sock
+        self.shape = {"cpus": args.cpus, "memory_mb": args.memory}
+        self.made = []  # sandboxes of this round
+
+    def call(self, method, target, body=None, timeout=600):
+        c = UnixHTTP(self.sock, timeout)
+        data = json.dumps(body).encode() if body is not None else None
+        c.request(method, target, body=data, headers={"Content-Type": "application/json"} if data else {})
+        r = c.getresponse()
+        raw = r.read()
+        c.close()
+        return r.status, (json.loads(raw) if raw else None), dict(r.getheaders())
+
+    def must(self, want, method, target, body=None):
+        status, answer, _ = self.call(method, target, body)
+        if status != want:
+            raise SystemExit(f"lifecycle bench: {method} {target}: {status} {answer}")
+        return answer
+
+    def timed(self, method, target, body=None, want=200):
+        """Milliseconds of one request (which must answer `want`), and its answer."""
+        t0 = time.perf_counter()
+        answer = self.must(want, method, target, body)
+        return (time.perf_counter() - t0) * 1000, answer
+
+    def sandbox(self):
+        """A running sandbox from the template, deleted at the end of the round."""
+        answer = self.must(201, "POST", "/v1/sandboxes", self.shape)
+        self.made.append(answer["id"])
+        return answer["id"]
+
+    def end_round(self):
+        for sid in self.made:
+            self.call("DELETE", f"/v1/sandboxes/{sid}")
+        self.made = []
+
+    def ready_template(self):
+        """Creates until the shape's template is ready (not timed); returns the seconds it took."""
+        t0 = time.time()
+        while True:
+            status, answer, headers = self.call("POST", "/v1/sandboxes", self.shape)
+            if status == 201:
+                self.call("DELETE", f"/v1/sandboxes/{answer['id']}")
+                return time.time() - t0
+            if status != 503 or answer["error"]["code"] != "template_building":
+                raise SystemExit(f"lifecycle bench: the template did not build: {status} {answer}")
+            time.sleep(float(headers.get("Retry-After", "1")))
+
+
+OPS = []  # (name, function(Bench) -> ms), run in this order each round
+
+
+def op(name):
+    def register(fn):
+        OPS.append((name, fn))
+        return fn
+    return register
+
+
+@op("create")
+def op_create(b):
+    ms, answer = b.timed("POST", "/v1/sandboxes", b.shape, want=201)
+    b.made.append(answer["id"])
+    return ms
+
+
+@op("delete")
+def op_delete(b):
+    sid = b.sandbox()
+    b.made.remove(sid)
+    return b.timed("DELETE", f"/v1/sandboxes/{sid}", want=204)[0]
+
+
+def cold_boot(args):
+    """`nanovm vm start` of the same shape until it prints the id (its agent answers); stopped after."""
+    t0 = time.perf_counter()
+    out = subprocess.run([args.nanovm, "vm", "start", "--cpus", str(args.cpus), "--memory", str(args.memory),
+                          "--fork-standby", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ms = (time.perf_counter() - t0) * 1000
+    if out.returncode != 0:
+        raise SystemExit(f"lifecycle bench: nanovm vm start failed: {out.stderr.strip()}")
+    subprocess.run([args.nanovm, "vm", "stop", "--force", out.stdout.strip()], stdout=subprocess.DEVNULL)
+    return ms
+
+
+def quantile(v, q):
+    v = sorted(v)
+    return v[min(len(v) - 1, int(q * (len(v) - 1) + 0.5))] if v else -1
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nanovm", required=True)
+    ap.add_argument("--where", default="native")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--cpus", type=int, default=1)
+    ap.add_argument("--memory", type=int, default=256)
+    ap.add_argument("--standbys", type=int, default=1, help="the daemon's --standbys")
+    a = ap.parse_args()
+    scratch = os.environ.get("NANOVM_SCRATCH") or tempfile.mkdtemp(prefix="nanovm-lifecycle-")
+    state = tempfile.mkdtemp(prefix="lc.", dir=scratch)  # short: the sockets' sun_path
+    sock = os.path.join(state, "nanovmd.sock")
+    log = open(os.path.join(state, "daemon.log"), "wb")
+    daemon = subprocess.Popen([a.nanovm, "daemon", "--state-dir", state, "--standbys", str(a.standbys)],
+                              stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+    samples = {name: [] for name, _ in OPS}
+    samples["cold_boot"] = []
+    b = Bench(a, sock)
+    try:
+        for _ in range(200):
+            if os.path.exists(sock):
+                try:
+                    if b.call("GET", "/v1/health", timeout=5)[0] == 200:
+                        break
+                except OSError:
+                    pass
+            if daemon.poll() is not None:
+                sys.exit(f"lifecycle bench: the daemon exited {daemon.returncode}")
+            time.sleep(0.1)
+        build_s = b.ready_template()
+        for r in range(a.rounds):
+            # The cold boot first or last, alternating, so neither side always follows the other.
+            if r % 2 == 0:
+                samples["cold_boot"].append(cold_boot(a))
+            for name, fn in OPS:
+                samples[name].append(fn(b))
+                time.sleep(0.2)  # the pool's standby is made again behind a create
+            b.end_round()
+            if r % 2 == 1:
+                samples["cold_boot"].append(cold_boot(a))
+    finally:
+        try:
+            b.end_round()
+            status, answer, _ = b.call("GET", "/v1/sandboxes?limit=1000")
+            for s in answer.get("sandboxes", []) if status == 200 else []:
+                b.call("DELETE", f"/v1/sandboxes/{s['id']}")
+        except (OSError, ValueError):
+            pass
+        daemon.terminate()
+        daemon.wait(60)
+
+    out = {"case": "lifecycle", "where": a.where, "rounds": a.rounds, "cpus": a.cpus, "memory_mib": a.memory,
+           "standbys": a.standbys, "template_build_s": round(build_s, 1)}
+    print(f"lifecycle benchmark ({a.where}, {a.rounds} rounds, {a.cpus} vCPU / {a.memory} MiB; the template "
+          f"took {build_s:.1f} s to build, not timed)")
+    print(f"{'operation':<34}{'p50 ms':>10}{'p99 ms':>10}")
+    for name, v in samples.items():
+        key = "nanovm_cold_boot" if name == "cold_boot" else f"nanovm_api_{name}"
+        label = "cold boot (nanovm vm start)" if name == "cold_boot" else f"API {name}"
+        out[f"{key}_ms"] = round(quantile(v, 0.5), 2)
+        out[f"{key}_p99_ms"] = round(quantile(v, 0.99), 2)
+        print(f"{label:<34}{quantile(v, 0.5):>10.1f}{quantile(v, 0.99):>10.1f}")
+    if out.get("nanovm_api_create_ms", 0) > 0:
+        out["create_speedup_vs_cold_boot"] = round(out["nanovm_cold_boot_ms"] / out["nanovm_api_create_ms"], 1)
+        print(f"create from a ready template: {out['create_speedup_vs_cold_boot']}x faster than a cold boot "
+              f"(goal: >= 10x)")
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
