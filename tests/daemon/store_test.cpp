@@ -318,3 +318,72 @@ TEST_CASE("store: a removal cut short is finished at the next start", "[daemon][
 }
 
 }  // namespace
+
+TEST_CASE("store: template records round-trip; the sandboxes made from one are those that still exist",
+          "[daemon][store][template]") {
+    TempDir tmp;
+    Store store(tmp.path() + "/store.db");
+    TemplateRecord t;
+    t.name = "py";
+    t.state = "building";
+    t.image = "default";
+    t.cpus = 1;
+    t.memory_mb = 256;
+    t.setup = {"pip install x", "echo 'quoted \"line\"'"};
+    t.dir = "/s/templates/0a";
+    t.restore_dir = "/s/templates/0a/snapshot";
+    t.created_ms = 5;
+    TemplateRecord auto_t = t;
+    auto_t.name = "auto:default:1x256";
+    auto_t.implicit = true;
+    auto_t.setup.clear();
+    store.put_template(t);
+    store.put_template(auto_t);
+    CHECK(store.template_record("py") == t);
+    CHECK(store.templates() == std::vector<TemplateRecord>{auto_t, t});  // by name
+    t.state = "failed";
+    t.error = "setup line 1 exited 1";
+    store.put_template(t);
+    CHECK(store.template_record("py")->error == t.error);
+
+    SandboxRecord s{};
+    s.id = "11111111-0000-4000-8000-000000000000";
+    s.state = "running";
+    store.put_sandbox(s);
+    store.add_template_sandbox("py", s.id);
+    store.add_template_sandbox("py", "22222222-0000-4000-8000-000000000000");  // its sandbox is gone
+    CHECK(store.template_sandboxes("py") == std::vector<std::string>{s.id});
+    CHECK(store.template_sandboxes("auto:default:1x256").empty());
+    store.delete_sandbox(s.id);
+    CHECK(store.template_sandboxes("py").empty());
+    store.delete_template("py");
+    CHECK_FALSE(store.template_record("py").has_value());
+}
+
+// A template made from snapshot A references A's files: deleting A keeps them; a
+// sandbox restored from the template keeps them after the template is deleted too.
+TEST_CASE("store: a template from a snapshot keeps its files through the snapshot's and its own deletion",
+          "[daemon][store][template]") {
+    World w;
+    w.boot("x");
+    w.snapshot("A", "x");
+    const std::string a_dir = w.dirs["A"];
+    const std::string t_dir = w.state + "/templates/t";
+    fs::create_directories(t_dir);
+    w.store.add_dir(t_dir, "template", "t");
+    std::vector<std::string> files;
+    for (const auto& e : fs::directory_iterator(a_dir)) files.push_back(e.path().string());
+    w.store.add_refs(t_dir, files);
+    w.restore("r", "A");  // a sandbox made from the template
+    w.remove("A");
+    CHECK(fs::exists(a_dir));
+    release_and_collect(w.store, t_dir);
+    CHECK_FALSE(fs::exists(t_dir));
+    CHECK(fs::exists(a_dir));  // r's disk is a layer over it
+    std::string why;
+    CHECK(w.chains_intact(why));
+    w.remove("r");
+    CHECK_FALSE(fs::exists(a_dir));
+    w.remove("x");
+    CHECK(w.store.dirs().empty());
+}
