@@ -19,6 +19,7 @@ import argparse
 import http.client
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -43,6 +44,7 @@ class Bench:
         self.sock = sock
         self.shape = {"cpus": args.cpus, "memory_mb": args.memory}
         self.made = []  # sandboxes of this round
+        self.notes = {}  # name -> samples of figures an op reads from the VMM's log (not timed by us)
 
     def call(self, method, target, body=None, timeout=600):
         c = UnixHTTP(self.sock, timeout)
@@ -52,6 +54,14 @@ class Bench:
         raw = r.read()
         c.close()
         return r.status, (json.loads(raw) if raw else None), dict(r.getheaders())
+
+    def text(self, target):
+        """GET of a text answer (a log)."""
+        c = UnixHTTP(self.sock, 60)
+        c.request("GET", target)
+        body = c.getresponse().read().decode(errors="replace")
+        c.close()
+        return body
 
     def must(self, want, method, target, body=None):
         status, answer, _ = self.call(method, target, body)
@@ -103,6 +113,14 @@ def op(name):
 def op_create(b):
     ms, answer = b.timed("POST", "/v1/sandboxes", b.shape, want=201)
     b.made.append(answer["id"])
+    # Where the time went, from the new VMM's log: its restore, and the agent's resync.
+    text = b.text(f"/v1/sandboxes/{answer['id']}/logs/vmm?tail_bytes=8192")
+    for key, pattern in (("create_vmm_restore_ms", r"restored \S+ \(.*?\) in ([0-9.]+) ms"),
+                         ("create_agent_ready_ms", r"ready: the agent answered ([0-9.]+) ms")):
+        m = re.search(pattern, text)
+        if m:
+            b.notes.setdefault(key, []).append(float(m.group(1)))
+    b.notes.setdefault("create_in_standby", []).append(1.0 if "standby made ahead" in text else 0.0)
     return ms
 
 
@@ -192,6 +210,13 @@ def main():
         out[f"{key}_ms"] = round(quantile(v, 0.5), 2)
         out[f"{key}_p99_ms"] = round(quantile(v, 0.99), 2)
         print(f"{label:<34}{quantile(v, 0.5):>10.1f}{quantile(v, 0.99):>10.1f}")
+    for key, v in b.notes.items():
+        if key == "create_in_standby":
+            out["create_in_standby_fraction"] = round(sum(v) / len(v), 2)
+            print(f"creates restored into a pre-made VMM: {sum(v):.0f} of {len(v)}")
+        else:
+            out[key] = round(quantile(v, 0.5), 2)
+            print(f"{'  ' + key + ' (vmm.log)':<34}{quantile(v, 0.5):>10.1f}{quantile(v, 0.99):>10.1f}")
     if out.get("nanovm_api_create_ms", 0) > 0:
         out["create_speedup_vs_cold_boot"] = round(out["nanovm_cold_boot_ms"] / out["nanovm_api_create_ms"], 1)
         print(f"create from a ready template: {out['create_speedup_vs_cold_boot']}x faster than a cold boot "
