@@ -424,6 +424,7 @@ VmCommands add_vm_commands(CLI::App& app, VmCommandOptions& o) {
     c.vmm->add_option("--id", o.vmm.id)->required();
     c.vmm->add_option("--run-dir", o.vmm.run_dir);
     c.vmm->add_flag("--keep-dir", o.vmm.keep_dir);
+    c.vmm->add_flag("--reboot", o.vmm.reboot);
     c.vmm->add_option("--lock-fd", o.vmm.lock_fd)->required();
     c.vmm->add_option("--ready-fd", o.vmm.ready_fd);
     c.vmm->add_option("--cpus", o.vmm.cpus);

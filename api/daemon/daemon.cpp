@@ -88,6 +88,16 @@ CLI::App* add_daemon_command(CLI::App& app, DaemonOptions& o) {
         ->type_name("S")
         ->check(CLI::Range(int64_t{0}, int64_t{7} * 86400).description(""))
         ->capture_default_str();
+    cmd->add_option("--autosleep", o.default_autosleep_s,
+                    "Seconds of idleness after which a sandbox created without autosleep_s sleeps (0: never)")
+        ->type_name("S")
+        ->check(CLI::Range(int64_t{0}, int64_t{7} * 86400).description(""))
+        ->capture_default_str();
+    cmd->add_option("--autosleep-cpu", o.autosleep_cpu,
+                    "A sandbox whose VMM uses more than this share of one CPU is not idle (autosleep)")
+        ->type_name("FRACTION")
+        ->check(CLI::Range(0.0, 64.0).description(""))
+        ->capture_default_str();
     cmd->add_option("--max-sandboxes", o.max_running, "Running, paused and sleeping sandboxes at most")
         ->type_name("N")
         ->check(CLI::Range(1u, 4096u).description(""))
@@ -159,6 +169,8 @@ int run_daemon(const DaemonOptions& given) {
         template_options.max_standbys = options.standbys;
         TemplateManager templates(template_options, store);
         templates.recover();
+        manager_options.default_autosleep_s = options.default_autosleep_s;
+        manager_options.idle.cpu_fraction = options.autosleep_cpu;
         SandboxManager manager(manager_options, store);
         manager.set_templates(&templates);
         manager.recover_and_watch();
@@ -174,6 +186,7 @@ int run_daemon(const DaemonOptions& given) {
         add_file_routes(context);
         add_snapshot_routes(context);
         add_template_routes(context);
+        add_rest_routes(context);
 
         http::ServerOptions server_options;
         server_options.unix_socket = sock;

@@ -22,6 +22,8 @@ struct DaemonOptions {
     std::string state_dir;  ///< "" : default_state_dir()
     std::string listen;     ///< "" or "127.0.0.1:PORT" (loopback only; PORT 0: any)
     int64_t default_timeout_s = 0;     ///< a sandbox created without timeout_s gets this (0: none)
+    int64_t default_autosleep_s = 0;   ///< --autosleep: a sandbox created without autosleep_s gets this (0: never)
+    double autosleep_cpu = 0.25;       ///< --autosleep-cpu: busier than this share of one CPU is not idle
     uint32_t max_running = 16;         ///< running + sleeping + paused sandboxes at most
     uint64_t max_memory_mb = 0;        ///< memory_mb committed at most (0: 90% of the host's MemTotal)
     uint64_t max_file_bytes = 256u << 20;  ///< a file written through the API at most (its body is held whole)

@@ -46,6 +46,8 @@ json schemas() {
                            {"metadata", labels},
                            {"timeout_s", {{"type", "integer"}, {"nullable", true}}},
                            {"end_at", nullable_str},
+                           {"autosleep_s", integer},
+                           {"on_timeout", {{"type", "string"}, {"enum", {"delete", "archive"}}}},
                            {"created_at", str}});
     s["SandboxList"] = object({{"sandboxes", {{"type", "array"}, {"items", ref("Sandbox")}}}, {"next", nullable_str}});
     s["CreateSandbox"] = object({{"image", str},
@@ -55,7 +57,9 @@ json schemas() {
                                  {"memory_mb", {{"type", "integer"}, {"minimum", 128}, {"maximum", 8192}, {"default", 1024}}},
                                  {"disable_internet", boolean},
                                  {"metadata", labels},
-                                 {"timeout_s", {{"type", "integer"}, {"minimum", 0}, {"maximum", 604800}}}});
+                                 {"timeout_s", {{"type", "integer"}, {"minimum", 0}, {"maximum", 604800}}},
+                                 {"autosleep_s", {{"type", "integer"}, {"minimum", 0}, {"maximum", 604800}}},
+                                 {"on_timeout", {{"type", "string"}, {"enum", {"delete", "archive"}}}}});
     s["PatchSandbox"] = object({{"timeout_s", {{"type", "integer"}, {"nullable", true}}}, {"metadata", labels}});
     s["Exec"] = object({{"cmd", str},
                         {"argv", {{"type", "array"}, {"items", str}}},

@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "api/vm/boot_options.hpp"
+#include "api/vm/boot_record.hpp"
 #include "api/vm/device_options.hpp"
 #include "api/vm/paths.hpp"
 #include "api/vm/standby_handoff.hpp"
@@ -90,6 +91,7 @@ std::vector<std::string> vmm_arguments(const std::string& exe, const VmmOptions&
         args.push_back(d);
     }
     if (o.keep_dir) args.push_back("--keep-dir");
+    if (o.reboot) args.push_back("--reboot");
     return args;
 }
 
@@ -149,6 +151,15 @@ void wait_ended(const StartedVm& vm) {
     throw StartError(printable(error), vm.paths, std::move(console));
 }
 
+RunDir spec_run_dir(const SandboxSpec& spec) {
+    return spec.run_dir.empty() ? default_run_dir()
+                                : RunDir{std::filesystem::absolute(spec.run_dir).lexically_normal().string()};
+}
+
+// Starts the VMM for `child` in `dir` (locked; the VMM takes the lock over) and waits
+// for its readiness line.
+StartedVm launch(NewVmDir dir, const VmmOptions& child, const SandboxSpec& spec, bool attached, int signal_fd);
+
 }  // namespace
 
 std::string default_root_image() { return cache_dir() + "/rootfs/default/disk.ext4"; }
@@ -165,17 +176,8 @@ StartedVm start_vm(const SandboxSpec& spec, bool attached, int signal_fd) {
     } else {
         check_spec(spec, image);
     }
-    const std::string exe = self_executable();
-    const RunDir run = spec.run_dir.empty() ? default_run_dir()
-                                            : RunDir{std::filesystem::absolute(spec.run_dir).lexically_normal().string()};
+    const RunDir run = spec_run_dir(spec);
     NewVmDir dir = create_vm_dir(run);
-
-    int pipe_fds[2];
-    if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
-        remove_vm_dir(dir.paths);
-        throw_errno("pipe2");
-    }
-    Fd ready_read(pipe_fds[0]), ready_write(pipe_fds[1]);
     // What the VMM runs with: handed to a standby as it is, or as `_vmm` arguments.
     VmmOptions child;
     child.id = dir.paths.id;
@@ -193,6 +195,42 @@ StartedVm start_vm(const SandboxSpec& spec, bool attached, int signal_fd) {
         child.fork_delta = spec.fork_delta;
     }
     child.fork_standby = spec.fork_standby;
+    return launch(std::move(dir), child, spec, attached, signal_fd);
+}
+
+StartedVm reboot_vm(const VmPaths& paths, const SandboxSpec& spec, bool attached, int signal_fd) {
+    const BootRecord record = kept_disks(paths);  // a VM without boot.json, or disks that do not fit, stop here
+    require_linux_capable_kvm(detect_kvm_host());
+    NewVmDir dir = lock_vm_dir(paths);
+    VmmOptions child;
+    child.id = paths.id;
+    child.run_dir = std::filesystem::path(paths.dir).parent_path().parent_path().string();
+    child.keep_dir = true;  // its disks are the point: never removed here
+    child.cpus = record.cpus;
+    child.memory_mib = record.memory_mib;
+    child.image = record.image;
+    child.disks = record.user_disks;
+    child.boot_timeout = spec.boot_timeout;
+    child.reboot = true;
+    child.fork_standby = spec.fork_standby;
+    SandboxSpec kept = spec;
+    kept.keep_dir = true;
+    kept.restore_dir.clear();
+    kept.standby_sockets.clear();
+    return launch(std::move(dir), child, kept, attached, signal_fd);
+}
+
+namespace {
+
+StartedVm launch(NewVmDir dir, const VmmOptions& child, const SandboxSpec& spec, bool attached, int signal_fd) {
+    const bool restore = !child.restore_dir.empty();
+    const std::string exe = self_executable();
+    int pipe_fds[2];
+    if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
+        if (!child.reboot) remove_vm_dir(dir.paths);
+        throw_errno("pipe2");
+    }
+    Fd ready_read(pipe_fds[0]), ready_write(pipe_fds[1]);
     // A fork child goes to one of the parent's standbys if one takes it; a restore to
     // one of the standbys it was given (a standby refuses a snapshot of another shape).
     std::optional<pid_t> standby;
@@ -211,7 +249,7 @@ StartedVm start_vm(const SandboxSpec& spec, bool attached, int signal_fd) {
         pid = ::fork();
         if (pid < 0) {
             const int err = errno;
-            remove_vm_dir(dir.paths);
+            if (!child.reboot) remove_vm_dir(dir.paths);
             throw SysError("fork", err);
         }
         if (pid == 0) exec_vmm(exe, args, dir.paths, dir.lock.get(), ready_write.get(), attached, parent);
@@ -265,6 +303,8 @@ StartedVm start_vm(const SandboxSpec& spec, bool attached, int signal_fd) {
         }
     }
 }
+
+}  // namespace
 
 int reap_vmm(pid_t pid, std::chrono::milliseconds timeout) {
     const auto deadline = Clock::now() + timeout;

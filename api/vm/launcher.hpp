@@ -91,6 +91,18 @@ private:
 /// started and failed, SysError (pipe2, fork).
 StartedVm start_vm(const SandboxSpec& spec, bool attached, int signal_fd = -1);
 
+/// Boots the dead VM `paths` cold again in its own directory, under its own id, over
+/// the disks it kept (boot.json with each writable disk at its current top,
+/// boot_record.hpp): memory and processes are gone, every byte written to its
+/// disks is there (what the guest had not synced may not be). A reboot: of a VM
+/// whose guest rebooted or crashed, or that was stopped for one. The shape and disks
+/// come from boot.json; of `spec` only boot_timeout and fork_standby count. The
+/// directory is never removed, not even when the boot fails (its vmm.log says why).
+/// Returns once the agent answers, as start_vm. Throws Error before anything starts
+/// ("VM ID is still running", no boot.json: "...boot.json: No such file or
+/// directory", layers that do not fit), StartError once the VMM was started and failed.
+StartedVm reboot_vm(const VmPaths& paths, const SandboxSpec& spec, bool attached, int signal_fd = -1);
+
 /// A termination signal arrived while waiting.
 struct Interrupted {
     int signal;

@@ -176,6 +176,18 @@ NewVmDir create_vm_dir(const RunDir& run) {
     throw Error("could not pick an unused VM id in 16 tries");
 }
 
+NewVmDir lock_vm_dir(const VmPaths& paths) {
+    struct stat st {};
+    if (::stat(paths.dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) throw Error(fmt::format("no VM {}", paths.id));
+    Fd lock(::open(paths.lock_file().c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+    if (!lock) throw_errno("open " + paths.lock_file());
+    if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+        if (errno == EWOULDBLOCK) throw Error(fmt::format("VM {} is still running", paths.id));
+        throw_errno("flock " + paths.lock_file());
+    }
+    return NewVmDir{paths, std::move(lock)};
+}
+
 bool vmm_alive(const VmPaths& paths) {
     Fd fd(::open(paths.lock_file().c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd) return false;

@@ -11,6 +11,7 @@
 //     console.log   the guest's serial console
 //     vmm.log       the VMM process's own messages (its stderr)
 //     disk.ext4     the VM's 16 GiB sparse writable disk (the overlay's upper layer)
+//     boot.json     what the VM booted with, for a reboot over its disks (boot_record.hpp)
 //   <run dir>/forks/<parent id>-<random id>/   a fork base (ForkBase)
 //
 // A VMM whose guest powered off or was stopped removes its directory when it ends,
@@ -45,6 +46,7 @@ struct VmPaths {
     std::string console_log() const { return dir + "/console.log"; }
     std::string vmm_log() const { return dir + "/vmm.log"; }
     std::string disk() const { return dir + "/disk.ext4"; }
+    std::string boot_file() const { return dir + "/boot.json"; }
 };
 
 /// A run directory (see the top of this file). `root` should be absolute: a VMM
@@ -96,6 +98,11 @@ struct NewVmDir {
 /// made or its socket paths would not fit a sockaddr_un (108 bytes: "run directory
 /// R: too long ... (at most N characters fit); set NANOVM_RUN_DIR to a shorter path").
 NewVmDir create_vm_dir(const RunDir& run);
+
+/// Locks the existing directory of a dead VM for a new VMM (a reboot over its
+/// disks): its lock held (flock LOCK_EX, not waiting). Throws Error "VM ID is still
+/// running" when a VMM holds it, "no VM ID" when the directory is gone; SysError.
+NewVmDir lock_vm_dir(const VmPaths& paths);
 
 /// True while a VMM holds the VM's lock. False when the lock file is missing.
 bool vmm_alive(const VmPaths& paths);

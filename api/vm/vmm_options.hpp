@@ -32,6 +32,11 @@ struct VmmOptions {
     /// shape, image and disks then come from the snapshot. Before "ready" the guest is
     /// resynced by its agent: RNG reseeded, wall clock stepped, hostname = the id.
     std::string restore_dir;
+    /// Boot cold over the disks the VM's directory keeps (boot.json with each
+    /// writable disk at its current top, boot_record.hpp): a reboot in the same
+    /// directory under the same id. The shape, image and disks then come from
+    /// boot.json; restore_dir must be empty.
+    bool reboot = false;
     std::string memory_backend = "file";  ///< "file" or "uffd" (snapshot::MemoryBackend)
     /// With restore_dir (a fork base): the parent VMM's frozen memory layer as
     /// "PID:FD:INODE[,...]" (one per RAM region), opened through /proc/PID/fd/FD and

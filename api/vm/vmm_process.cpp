@@ -27,6 +27,7 @@
 #include <fmt/format.h>
 
 #include "api/agent_client/agent_client.hpp"
+#include "api/vm/boot_record.hpp"
 #include "api/vm/control_server.hpp"
 #include "api/vm/device_options.hpp"
 #include "api/vm/linux_vm.hpp"
@@ -284,6 +285,7 @@ public:
           machine_(vm.machine()),
           config_(std::move(config)),
           life_(life),
+          layer_counter_(last_layer_number(paths)),
           started_(Clock::now()) {}
     ~ControlCommands() {
         if (stopper_.joinable()) stopper_.join();
@@ -571,7 +573,7 @@ private:
     std::vector<std::unique_ptr<snapshot::PendingSnapshot>> pending_;  // not yet known durable
     snapshot::ForkImage fork_layer_;  // the last fork's frozen layer, for its children to open
     std::thread fork_finisher_;       // finish_fork(fork_layer_) after the resume
-    uint32_t layer_counter_ = 0;
+    uint32_t layer_counter_;  // the last "<id>-disk<i>-<n>.layer" made here (by an earlier VMM too: a reboot)
     Clock::time_point started_;
     std::thread stopper_;  // at most one: a second stop finds the state stopping
 };
@@ -588,6 +590,25 @@ BootOptions boot_options(const VmmOptions& options, const VmPaths& paths) {
     upper.block_size = static_cast<uint32_t>(virtio::blk::kLayerBlockSize);
     boot.disks.push_back(upper);
     for (const std::string& spec : options.disks) boot.disks.push_back(parse_disk_option(spec));
+    boot.vsock = VsockOption{paths.vsock_socket(), 3};
+    boot.append.push_back(kSandboxParams);
+    boot.console = paths.console_log();
+    return boot;
+}
+
+// The devices of a reboot: the disks `kept` records (writable ones at their current
+// tops), the agent and overlay as boot_options. Fills the shape fields of `options`.
+BootOptions reboot_options(const BootRecord& kept, const VmPaths& paths, VmmOptions& options) {
+    if (!options.restore_dir.empty()) throw Error("--reboot and --restore exclude each other");
+    options.cpus = kept.cpus;
+    options.memory_mib = kept.memory_mib;
+    options.image = kept.image;
+    options.disks = kept.user_disks;
+    BootOptions boot;
+    boot.cpus = kept.cpus;
+    boot.memory_mib = kept.memory_mib;
+    boot.root_disk = true;
+    boot.disks = kept.disks;
     boot.vsock = VsockOption{paths.vsock_socket(), 3};
     boot.append.push_back(kSandboxParams);
     boot.console = paths.console_log();
@@ -692,7 +713,9 @@ int serve(const VmmOptions& requested, ReadyPipe& pipe, std::unique_ptr<Machine>
     const RunDir run = vmm_run_dir(options);
     const VmPaths paths = run.vm(options.id);
     const bool restore = !options.restore_dir.empty();
-    Fd console(::open(paths.console_log().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    // A reboot appends: the console of the boot before (a crash's panic) stays readable.
+    Fd console(::open(paths.console_log().c_str(),
+                      O_WRONLY | O_CREAT | (options.reboot ? O_APPEND : O_TRUNC) | O_CLOEXEC, 0600));
     if (!console) throw_errno("open " + paths.console_log());
 
     // Signals are blocked before any thread starts, so only the watcher sees them.
@@ -732,12 +755,24 @@ int serve(const VmmOptions& requested, ReadyPipe& pipe, std::unique_ptr<Machine>
                              : from_standby ? "a fork into a standby: memory mapped from the parent's frozen layer"
                                             : "a fork: memory mapped from the parent's frozen layer",
                              snapshot::ms_since(restore_start)));
+    } else if (options.reboot) {
+        const BootRecord kept = kept_disks(paths);
+        boot = reboot_options(kept, paths, options);
+        std::string tops;
+        for (const DiskOption& d : boot.disks)
+            if (!d.read_only) tops += (tops.empty() ? "" : ", ") + std::filesystem::path(d.path).filename().string();
+        log_line(fmt::format("rebooting VM {} cold over its kept disks ({})", options.id, tops));
+        vm = std::make_unique<LinuxVm>(boot, console.get());
     } else {
         if (options.image.empty()) throw Error("--image is required");
         create_scratch_disk(paths.disk());
         boot = boot_options(options, paths);
         vm = std::make_unique<LinuxVm>(boot, console.get());
     }
+    // What a reboot boots with (the writable disks' tops move with snapshots: a
+    // reboot finds them on disk, boot_record.hpp).
+    write_boot_record(paths.boot_file(), BootRecord{options.cpus, options.memory_mib, options.image, options.disks,
+                                                    boot.disks});
     std::set<std::string> chain_dirs;
     for (const std::string& file : vm->disk_files())
         chain_dirs.insert(std::filesystem::path(file).parent_path().string());
@@ -783,7 +818,7 @@ int serve(const VmmOptions& requested, ReadyPipe& pipe, std::unique_ptr<Machine>
                    paths.console_log());
     if (outcome == GuestOutcome::crash) log_crash_console(paths.console_log());
     log_line(fmt::format("VM {} ended: {} ({})", options.id, to_string(outcome), reason.describe()));
-    return clean ? 0 : 1;
+    return clean ? 0 : outcome == GuestOutcome::reboot ? kVmmExitReboot : 1;
 }
 
 }  // namespace

@@ -56,9 +56,14 @@ inline constexpr const char* kSandboxParams = "nanovm.agent nanovm.overlay=/dev/
 /// The run directory `options` names (VmmOptions::run_dir, else default_run_dir()).
 RunDir vmm_run_dir(const VmmOptions& options);
 
+/// run_vmm's status when the guest rebooted itself: its VM is to be booted again over
+/// its disks (reboot_vm, launcher.hpp); the VMM does not do that by itself.
+inline constexpr int kVmmExitReboot = 3;
+
 /// Runs the VM until the guest ends. Returns the process exit status: 0 when the
-/// guest powered off or was stopped on request, 1 otherwise (the reason is in
-/// vmm.log, or on the readiness pipe before ready). Never throws.
+/// guest powered off or was stopped on request, kVmmExitReboot (3) when it rebooted,
+/// 1 otherwise (the reason is in vmm.log, or on the readiness pipe before ready).
+/// Never throws.
 int run_vmm(const VmmOptions& options);
 
 /// run_vmm for a fork child whose Machine was made ahead by a standby

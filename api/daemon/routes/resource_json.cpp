@@ -51,6 +51,8 @@ json sandbox_json(const store::SandboxRecord& r) {
                 {"metadata", r.labels},
                 {"timeout_s", r.timeout_s ? json(*r.timeout_s) : json(nullptr)},
                 {"end_at", r.end_at_ms ? json(rfc3339(*r.end_at_ms)) : json(nullptr)},
+                {"autosleep_s", r.autosleep_s},
+                {"on_timeout", r.on_timeout},
                 {"created_at", rfc3339(r.created_ms)}};
 }
 

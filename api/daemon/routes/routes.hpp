@@ -43,5 +43,7 @@ void add_file_routes(RouteContext& context);
 void add_snapshot_routes(RouteContext& context);
 /// /v1/templates (template_routes.cpp).
 void add_template_routes(RouteContext& context);
+/// Rest states: POST /v1/sandboxes/{id}/sleep and /reboot (rest_routes.cpp).
+void add_rest_routes(RouteContext& context);
 
 }  // namespace nanovm::daemon

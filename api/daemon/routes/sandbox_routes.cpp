@@ -18,8 +18,8 @@ using nlohmann::json;
 constexpr int64_t kMaxTimeoutS = 7 * 86400;
 
 CreateRequest parse_create(const std::string& body) {
-    const JsonBody b(body,
-                     {"image", "snapshot_id", "template", "cpus", "memory_mb", "disable_internet", "metadata", "timeout_s"});
+    const JsonBody b(body, {"image", "snapshot_id", "template", "cpus", "memory_mb", "disable_internet", "metadata",
+                            "timeout_s", "autosleep_s", "on_timeout"});
     CreateRequest r;
     if (auto v = b.string("image", 64)) r.image = *v;
     if (auto v = b.string("snapshot_id", 64)) r.snapshot_id = *v;
@@ -31,6 +31,15 @@ CreateRequest parse_create(const std::string& body) {
     if (auto v = b.boolean("disable_internet")) r.disable_internet = *v;
     if (auto v = b.labels("metadata")) r.labels = *v;
     if (auto v = b.integer("timeout_s", 0, kMaxTimeoutS)) r.timeout_s = *v;
+    if (auto v = b.integer("autosleep_s", 0, kMaxTimeoutS)) r.autosleep_s = *v;
+    if (auto v = b.string("on_timeout", 16)) {
+        if (*v == "archive")
+            throw ApiError("invalid_value", "on_timeout \"archive\": this daemon cannot archive sandboxes yet; "
+                                            "use \"delete\" (the default)");
+        if (*v != "delete")
+            throw ApiError("invalid_value", fmt::format("on_timeout \"{}\": \"delete\" or \"archive\"", v->substr(0, 16)));
+        r.on_timeout = *v;
+    }
     return r;
 }
 

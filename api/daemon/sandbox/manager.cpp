@@ -63,12 +63,14 @@ std::string lower(std::string_view text) {
 }  // namespace
 
 SandboxManager::SandboxManager(ManagerOptions options, store::Store& store)
-    : options_(std::move(options)), store_(store), vms_(options_.state_dir) {}
+    : options_(std::move(options)), store_(store), vms_(options_.state_dir), idle_(options_.idle) {}
 
 SandboxManager::~SandboxManager() {
     stopping_ = true;
     watch_wake_.notify_all();
     if (watcher_.joinable()) watcher_.join();
+    std::unique_lock lock(watch_mutex_);
+    watch_wake_.wait(lock, [this] { return background_ == 0; });  // reboots under way end first
 }
 
 std::shared_ptr<SandboxManager::Slot> SandboxManager::slot(const std::string& id) {
@@ -105,6 +107,8 @@ SandboxRecord SandboxManager::new_record(const CreateRequest& request) const {
     r.disable_internet = request.disable_internet;
     r.labels = request.labels;
     r.created_ms = r.updated_ms = store::now_ms();
+    r.autosleep_s = request.autosleep_s.value_or(options_.default_autosleep_s);
+    r.on_timeout = request.on_timeout;
     const int64_t timeout = request.timeout_s ? *request.timeout_s : options_.default_timeout_s;
     if (timeout > 0) {
         r.timeout_s = timeout;
@@ -231,6 +235,7 @@ void SandboxManager::remove(const std::string& id) {
         store_.delete_sandbox(r.id);
         if (!r.vm_id.empty()) release(vms_.paths(r.vm_id).dir);
     }
+    idle_.forget(lower(id));
     std::lock_guard lock(mutex_);
     slots_.erase(lower(id));
 }
@@ -255,6 +260,7 @@ SandboxRecord SandboxManager::resume(const std::string& id) {
     if (st != SandboxState::running) {
         vms_.resume(r.vm_id);
         set_state(r, *transition(SandboxOp::resume).to);
+        idle_.reset(r.id, store::now_ms());
     }
     return r;
 }
@@ -335,7 +341,7 @@ void SandboxManager::check_sandboxes() {
     for (SandboxRecord r : store_.all_sandboxes()) {
         if (stopping_) return;
         const SandboxState st = state_of(r);
-        if (r.end_at_ms && now >= *r.end_at_ms && st != SandboxState::deleting && st != SandboxState::creating) {
+        if (r.end_at_ms && now >= *r.end_at_ms && allowed(SandboxOp::expire, st)) {
             log_line(fmt::format("sandbox {}: its timeout passed: deleting it", r.id));
             try {
                 remove(r.id);
@@ -344,6 +350,7 @@ void SandboxManager::check_sandboxes() {
             }
             continue;
         }
+        if (st == SandboxState::running && r.autosleep_s > 0 && vms_.alive(r.vm_id)) check_idle(r, now);
         if (st == SandboxState::creating || !allowed(SandboxOp::vmm_died, st) || vms_.alive(r.vm_id)) continue;
         const auto s = slot(r.id);
         std::unique_lock op(s->op, std::try_to_lock);
@@ -351,6 +358,12 @@ void SandboxManager::check_sandboxes() {
         auto again = store_.sandbox(r.id);
         if (!again || !allowed(SandboxOp::vmm_died, state_of(*again)) || vms_.alive(again->vm_id)) continue;
         if (const pid_t pid = vms_.pid(again->vm_id); pid > 0) ::waitpid(pid, nullptr, WNOHANG);
+        if (vms_.ended_in_reboot(again->vm_id)) {
+            // The guest rebooted itself: booted again over its disks, as POST .../reboot does.
+            op.unlock();
+            reboot_in_background(*again);
+            continue;
+        }
         set_state(*again, SandboxState::error, "its VMM exited: " + vms_.end_reason(again->vm_id));
         log_line(fmt::format("sandbox {}: {}", again->id, again->error));
     }

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "api/agent_client/agent_client.hpp"
+#include "api/daemon/sandbox/autosleep.hpp"
 #include "api/daemon/sandbox/transitions.hpp"
 #include "api/daemon/sandbox/vm_driver.hpp"
 #include "api/daemon/store/store.hpp"
@@ -40,6 +41,8 @@ struct ManagerOptions {
     uint32_t max_running = 16;      ///< sandboxes holding a VMM (creating, running, paused, sleeping)
     uint64_t max_memory_mb = 0;     ///< their memory_mb summed
     uint64_t max_file_bytes = 256u << 20;  ///< a file write at most (reads are streamed, any size)
+    int64_t default_autosleep_s = 0;  ///< a sandbox created without autosleep_s gets this (0: never)
+    IdlePolicy idle;                  ///< what autosleep counts as idle (autosleep.hpp)
 };
 
 /// POST /v1/sandboxes.
@@ -52,6 +55,8 @@ struct CreateRequest {
     bool disable_internet = false;
     std::map<std::string, std::string> labels;
     std::optional<int64_t> timeout_s;  ///< nullopt: the daemon's default
+    std::optional<int64_t> autosleep_s;  ///< nullopt: the daemon's default; 0: never
+    std::string on_timeout = "delete";   ///< "delete" ("archive" is refused until archives exist)
 };
 
 /// PATCH /v1/sandboxes/{id}: only the fields that are set change.
@@ -128,6 +133,33 @@ public:
     store::SandboxRecord resume(const std::string& id);
     std::map<std::string, int64_t> count_by_state();
 
+    // Rest states (manager_rest.cpp).
+    /// Stops the vCPUs until the next exec, file or session call (or resume) wakes
+    /// the sandbox: state sleeping. Sleeping a sleeping one is a no-op.
+    store::SandboxRecord sleep(const std::string& id);
+    /// Boots the sandbox's guest cold over its kept writable disk (memory,
+    /// processes and sessions are lost): stops its VMM if it runs, then rebooting
+    /// until the agent answers, then running. From running, paused, sleeping or
+    /// error (a crashed guest). A failed boot leaves it in error with the reason.
+    store::SandboxRecord reboot(const std::string& id);
+    /// While one of these lives, the sandbox counts as busy for autosleep: exec and
+    /// file calls hold one; so must a background command or session command while it
+    /// runs in the guest. Movable; ends the activity when destroyed.
+    class Activity {
+    public:
+        Activity(SandboxManager* manager, std::string id);
+        Activity(Activity&& other) noexcept;
+        Activity& operator=(Activity&&) = delete;
+        Activity(const Activity&) = delete;
+        ~Activity();
+
+    private:
+        SandboxManager* manager_;
+        std::string id_;
+    };
+    /// An Activity for sandbox `id` (not checked: a lower-case UUID of a sandbox).
+    Activity hold_awake(const std::string& id) { return Activity(this, id); }
+
     // Commands and files (a sleeping sandbox is woken; a paused one is 409).
     /// Checks that the sandbox takes commands and file calls now, waking a sleeping
     /// one. Throws ApiError (sandbox_paused, wrong_state...).
@@ -191,6 +223,13 @@ private:
     void release(const std::string& dir);
     void watch();
     void check_sandboxes();
+    /// The watcher's autosleep round for one running sandbox (manager_rest.cpp).
+    void check_idle(const store::SandboxRecord& r, int64_t now);
+    /// The watcher saw `r`'s VMM gone after its guest rebooted itself: rebooting,
+    /// and a boot on a thread of its own (manager_rest.cpp).
+    void reboot_in_background(const store::SandboxRecord& r);
+    /// reboot() with the slot's lock held and the VMM stopped; `r` in rebooting.
+    void boot_again(store::SandboxRecord& r);
     void check_snapshots();
 
     ManagerOptions options_;
@@ -203,6 +242,8 @@ private:
     std::mutex watch_mutex_;
     std::condition_variable watch_wake_;
     std::thread watcher_;
+    IdleTracker idle_;
+    int background_ = 0;  ///< reboot threads running (watch_mutex_); the destructor waits for them
 };
 
 /// A fresh random UUID (version 4), lowercase.

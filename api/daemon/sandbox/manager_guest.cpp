@@ -54,6 +54,8 @@ std::string parent_of(const std::string& path) {
 std::string SandboxManager::use(const std::string& id) {
     SandboxRecord r = must_get(id);
     require_allowed(SandboxOp::use, state_of(r));
+    idle_.begin_activity(r.id, store::now_ms());  // a call that needs the guest: not idle
+    idle_.end_activity(r.id, store::now_ms());
     if (state_of(r) == SandboxState::sleeping) {
         // Woken transparently: the next call after snapshot(leave_paused).
         const auto s = slot(r.id);
@@ -63,6 +65,7 @@ std::string SandboxManager::use(const std::string& id) {
         if (state_of(r) == SandboxState::sleeping) {
             vms_.resume(r.vm_id);
             set_state(r, *transition(SandboxOp::use).to);
+            idle_.reset(r.id, store::now_ms());
         }
     }
     return r.vm_id;
@@ -78,6 +81,7 @@ agent::AgentClient SandboxManager::agent_for(const std::string& id) {
 
 ExecOutcome SandboxManager::exec(const std::string& id, const ExecRequest& request, const ExecSinks* sinks) {
     agent::AgentClient client = agent_for(id);
+    const Activity busy = hold_awake(must_get(id).id);  // autosleep waits for the command
     ExecOutcome out;
     const auto t0 = Clock::now();
     try {
@@ -121,6 +125,7 @@ agent::proto::FileInfo SandboxManager::stat_file(const std::string& id, const st
 uint64_t SandboxManager::read_file(const std::string& id, const std::string& path,
                                    const std::function<bool(std::string_view)>& sink) {
     uint64_t sent = 0;
+    const Activity busy = hold_awake(must_get(id).id);
     try {
         guest_call(agent_for(id), path, [&](agent::AgentClient& c) {
             c.read_file(path, [&](std::string_view chunk) {
@@ -137,6 +142,7 @@ uint64_t SandboxManager::read_file(const std::string& id, const std::string& pat
 
 uint64_t SandboxManager::write_file(const std::string& id, const std::string& path, std::string_view data,
                                     uint32_t mode) {
+    const Activity busy = hold_awake(must_get(id).id);
     return guest_call(agent_for(id), path, [&](agent::AgentClient& c) {
         const std::string parent = parent_of(path);
         if (parent != "/") c.mkdir(parent, 0755, /*parents=*/true);

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "api/daemon/api_error.hpp"
+#include "api/daemon/sandbox/process_stats.hpp"
 #include "api/daemon/sandbox/manager.hpp"
 #include "api/daemon/store/file_refs.hpp"
 #include "api/vm/state_dir.hpp"
@@ -155,6 +156,7 @@ std::vector<ForkChild> SandboxManager::fork(const std::string& id, uint32_t n) {
         c.image = parent.image;
         c.parent_id = parent.id;
         c.labels = parent.labels;
+        c.autosleep_s = parent.autosleep_s;
         children.push_back(std::move(c));
     }
     reserve(children);
@@ -199,20 +201,7 @@ SandboxMetrics SandboxManager::metrics(const std::string& id) {
     m.vmm_running = vms_.alive(r.vm_id);
     const pid_t pid = vms_.pid(r.vm_id);
     if (!m.vmm_running || pid <= 0) return m;
-    // /proc/PID/stat: fields 14 and 15 are utime and stime in clock ticks (proc(5));
-    // the command name (field 2) may hold spaces, so count from its closing ')'.
-    std::ifstream stat_file(fmt::format("/proc/{}/stat", pid));
-    std::string text((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
-    if (const size_t close = text.rfind(')'); close != std::string::npos) {
-        std::istringstream rest(text.substr(close + 2));
-        std::string field;
-        uint64_t utime = 0, stime = 0;
-        for (int i = 3; i <= 15 && rest >> field; ++i) {
-            if (i == 14) utime = std::stoull(field);
-            if (i == 15) stime = std::stoull(field);
-        }
-        m.cpu_time_ms = static_cast<double>(utime + stime) * 1000.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
-    }
+    m.cpu_time_ms = process_cpu_ms(pid).value_or(0);
     std::ifstream statm(fmt::format("/proc/{}/statm", pid));
     int64_t size_pages = 0, resident_pages = 0;
     if (statm >> size_pages >> resident_pages) m.vmm_rss_bytes = resident_pages * ::sysconf(_SC_PAGESIZE);

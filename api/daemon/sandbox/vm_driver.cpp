@@ -102,6 +102,30 @@ std::string VmDriver::end_reason(const std::string& vm_id) const {
     return vm::is_vm_id(vm_id) ? vm::vmm_end_reason(run_.vm(vm_id)) : std::string("no VMM was started");
 }
 
+VmDriver::Started VmDriver::reboot(const std::string& vm_id) {
+    vm::SandboxSpec spec;
+    spec.run_dir = run_.root;
+    spec.keep_dir = true;
+    spec.fork_standby = 0;
+    try {
+        const vm::StartedVm vm = vm::reboot_vm(paths(vm_id), spec, /*attached=*/false, -1);
+        return Started{vm.paths.id, vm.paths.dir, vm.pid};
+    } catch (const vm::StartError& e) {
+        std::string message = e.what();
+        if (!e.console().empty()) message += fmt::format(" (the guest console's last line: {})", e.console().back());
+        throw ApiError("vm_error", fmt::format("the sandbox's VM did not boot again: {}", message));
+    } catch (const vm::Interrupted&) {
+        throw ApiError("vm_error", "the reboot was interrupted");
+    } catch (const std::exception& e) {
+        throw_vm_error("reboot", e);
+    }
+}
+
+bool VmDriver::ended_in_reboot(const std::string& vm_id) const {
+    if (!vm::is_vm_id(vm_id)) return false;
+    return vm::vmm_end_reason(run_.vm(vm_id)).starts_with(fmt::format("VM {} ended: reboot", vm_id));
+}
+
 void VmDriver::pause(const std::string& vm_id) {
     try {
         vm::pause_vm(paths(vm_id));

@@ -67,6 +67,14 @@ public:
     /// Why its VMM ended (from vmm.log), one line.
     std::string end_reason(const std::string& vm_id) const;
 
+    /// Boots the dead VM `vm_id` cold again in its own directory over the disks it
+    /// kept (vm::reboot_vm): memory and processes are gone, its disks are not.
+    /// Returns once its agent answers. Throws ApiError vm_error with the reason.
+    Started reboot(const std::string& vm_id);
+    /// True when the VMM of `vm_id` ended because its guest rebooted itself (its
+    /// vmm.log's last "VM ... ended: reboot" line).
+    bool ended_in_reboot(const std::string& vm_id) const;
+
     void pause(const std::string& vm_id);
     void resume(const std::string& vm_id);
     /// Snapshots into `dir` (absolute, missing); returns whether it is durable.

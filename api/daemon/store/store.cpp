@@ -88,6 +88,12 @@ CREATE TABLE template_sandboxes (
 );
 CREATE INDEX template_sandboxes_template ON template_sandboxes(template);
 )sql",
+    // 3: rest states (issue 19): a sandbox's idle time before it sleeps, and what its
+    // timeout does.
+    R"sql(
+ALTER TABLE sandboxes ADD COLUMN autosleep_s INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sandboxes ADD COLUMN on_timeout TEXT NOT NULL DEFAULT 'delete';
+)sql",
 };
 
 constexpr int kLatest = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
@@ -105,7 +111,7 @@ std::map<std::string, std::string> parse_labels(const std::string& text) {
 
 constexpr const char* kSandboxColumns =
     "id, vm_id, state, error, cpus, memory_mb, disable_internet, image, snapshot_id, parent_id, labels, timeout_s, "
-    "end_at_ms, created_ms, updated_ms";
+    "end_at_ms, created_ms, updated_ms, autosleep_s, on_timeout";
 
 SandboxRecord read_sandbox(const Statement& s) {
     SandboxRecord r;
@@ -124,6 +130,8 @@ SandboxRecord read_sandbox(const Statement& s) {
     r.end_at_ms = s.optional_integer(12);
     r.created_ms = s.integer(13);
     r.updated_ms = s.integer(14);
+    r.autosleep_s = s.integer(15);
+    r.on_timeout = s.text(16);
     return r;
 }
 
@@ -198,7 +206,7 @@ int Store::schema_version() {
 
 void Store::put_sandbox(const SandboxRecord& r) {
     std::lock_guard lock(mutex_);
-    db_.prepare(fmt::format("INSERT OR REPLACE INTO sandboxes ({}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", kSandboxColumns))
+    db_.prepare(fmt::format("INSERT OR REPLACE INTO sandboxes ({}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", kSandboxColumns))
         .bind(1, r.id)
         .bind(2, r.vm_id)
         .bind(3, r.state)
@@ -214,6 +222,8 @@ void Store::put_sandbox(const SandboxRecord& r) {
         .bind(13, r.end_at_ms)
         .bind(14, r.created_ms)
         .bind(15, r.updated_ms)
+        .bind(16, r.autosleep_s)
+        .bind(17, r.on_timeout)
         .run();
 }
 

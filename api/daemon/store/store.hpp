@@ -47,6 +47,8 @@ struct SandboxRecord {
     std::optional<int64_t> end_at_ms;  ///< wall clock, ms since the epoch
     int64_t created_ms = 0;
     int64_t updated_ms = 0;
+    int64_t autosleep_s = 0;            ///< idle this long: put to sleep (0: never)
+    std::string on_timeout = "delete";  ///< at end_at: "delete" or "archive"
 
     bool operator==(const SandboxRecord&) const = default;
 };

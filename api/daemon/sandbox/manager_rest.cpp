@@ -1,0 +1,118 @@
+// The sandbox manager: rest states (manager.hpp): sleep and autosleep, reboot
+// (asked for, or the guest's own), and the activities autosleep waits for.
+#include <sys/wait.h>
+
+#include <fmt/format.h>
+
+#include "api/daemon/api_error.hpp"
+#include "api/daemon/sandbox/manager.hpp"
+#include "api/daemon/sandbox/process_stats.hpp"
+#include "vmm/log.hpp"
+
+namespace nanovm::daemon {
+
+using store::SandboxRecord;
+
+SandboxManager::Activity::Activity(SandboxManager* manager, std::string id) : manager_(manager), id_(std::move(id)) {
+    manager_->idle_.begin_activity(id_, store::now_ms());
+}
+
+SandboxManager::Activity::Activity(Activity&& other) noexcept
+    : manager_(std::exchange(other.manager_, nullptr)), id_(std::move(other.id_)) {}
+
+SandboxManager::Activity::~Activity() {
+    if (manager_) manager_->idle_.end_activity(id_, store::now_ms());
+}
+
+SandboxRecord SandboxManager::sleep(const std::string& id) {
+    const auto s = slot(must_get(id).id);
+    std::lock_guard op(s->op);
+    SandboxRecord r = must_get(id);
+    const SandboxState st = state_of(r);
+    require_allowed(SandboxOp::sleep, st);
+    if (no_op(SandboxOp::sleep, st)) return r;
+    if (st == SandboxState::running) vms_.pause(r.vm_id);  // paused: its vCPUs stand already
+    set_state(r, *transition(SandboxOp::sleep).to);
+    return r;
+}
+
+void SandboxManager::check_idle(const SandboxRecord& r, int64_t now) {
+    if (const pid_t pid = vms_.pid(r.vm_id); pid > 0)
+        if (const auto cpu = process_cpu_ms(pid)) idle_.sample_cpu(r.id, now, *cpu);
+    const int64_t idle = idle_.idle_ms(r.id, now);
+    if (idle < r.autosleep_s * 1000) return;
+    const auto s = slot(r.id);
+    std::unique_lock op(s->op, std::try_to_lock);
+    if (!op.owns_lock()) return;  // an operation runs: not idle
+    auto again = store_.sandbox(r.id);
+    if (!again || !allowed(SandboxOp::autosleep, state_of(*again)) || idle_.idle_ms(r.id, store::now_ms()) < idle)
+        return;
+    try {
+        vms_.pause(again->vm_id);
+    } catch (const std::exception& e) {
+        log_line(fmt::format("sandbox {}: autosleep: {}", again->id, e.what()));
+        idle_.reset(again->id, store::now_ms());  // tried: not again at once
+        return;
+    }
+    set_state(*again, *transition(SandboxOp::autosleep).to);
+    log_line(fmt::format("sandbox {}: idle for {:.1f} s (autosleep_s {}): sleeping", again->id,
+                         static_cast<double>(idle) / 1000, again->autosleep_s));
+}
+
+SandboxRecord SandboxManager::reboot(const std::string& id) {
+    const auto s = slot(must_get(id).id);
+    std::lock_guard op(s->op);
+    SandboxRecord r = must_get(id);
+    require_allowed(SandboxOp::reboot, state_of(r));
+    if (r.vm_id.empty()) throw ApiError("wrong_state", "cannot reboot: the sandbox never had a VM: delete it");
+    set_state(r, *transition(SandboxOp::reboot).during, r.error);
+    if (vms_.alive(r.vm_id)) {
+        const pid_t pid = vms_.pid(r.vm_id);
+        if (!vms_.stop(r.vm_id)) {
+            set_state(r, SandboxState::error, "reboot: its VMM did not stop");
+            throw ApiError("vm_error", "reboot: the sandbox's VMM did not stop");
+        }
+        if (pid > 0) ::waitpid(pid, nullptr, WNOHANG);  // our child unless adopted after a restart
+    }
+    boot_again(r);
+    return r;
+}
+
+void SandboxManager::boot_again(SandboxRecord& r) {
+    try {
+        vms_.reboot(r.vm_id);
+    } catch (const ApiError& e) {
+        set_state(r, SandboxState::error, e.what());
+        throw;
+    }
+    set_state(r, *transition(SandboxOp::reboot).to);
+    idle_.reset(r.id, store::now_ms());
+    log_line(fmt::format("sandbox {}: booted again over its disks (VM {})", r.id, r.vm_id));
+}
+
+void SandboxManager::reboot_in_background(const SandboxRecord& seen) {
+    {
+        std::lock_guard lock(watch_mutex_);
+        if (stopping_) return;  // the next daemon finds it dead and reboots it
+        ++background_;
+    }
+    std::thread([this, id = seen.id] {
+        try {
+            const auto s = slot(id);
+            std::lock_guard op(s->op);
+            auto r = store_.sandbox(id);
+            if (r && allowed(SandboxOp::vmm_died, state_of(*r)) && !vms_.alive(r->vm_id)) {
+                log_line(fmt::format("sandbox {}: its guest rebooted itself: booting it again over its disks", id));
+                set_state(*r, *transition(SandboxOp::reboot).during);
+                boot_again(*r);
+            }
+        } catch (const std::exception& e) {
+            log_line(fmt::format("sandbox {}: booting again after the guest's reboot: {}", id, e.what()));
+        }
+        std::lock_guard lock(watch_mutex_);
+        --background_;
+        watch_wake_.notify_all();
+    }).detach();
+}
+
+}  // namespace nanovm::daemon
