@@ -20,6 +20,8 @@ struct DiskOption {
     /// The file is a nanovm disk layer (devices/virtio/blk/disk_layer.hpp), not a raw
     /// image. Never guessed from its contents: a guest can write anything into a raw one.
     bool layer_file = false;
+
+    bool operator==(const DiskOption&) const = default;
 };
 
 /// `--net TAP[,mac=XX:XX:XX:XX:XX:XX]`: virtio-net on the tap device named TAP.
