@@ -242,6 +242,15 @@ PackStats pack_snapshot(const std::string& dir, const json& info, BlobWriter& ou
     return PackStats{writer.raw_bytes(), counted.bytes(), writer.workers(), ms_since(t0)};
 }
 
+std::string snapshot_root_image(const std::string& dir) {
+    const snapshot::VmState state = snapshot::decode_vm_state(snapshot::read_checked_state(dir), dir + "/vm.state");
+    try {
+        return json::parse(state.devices).at("config").at("image").get<std::string>();
+    } catch (const json::exception& e) {
+        throw snapshot::SnapshotError(fmt::format("{}/vm.state: devices: config.image: {}", dir, e.what()));
+    }
+}
+
 json archive_info(BlobReader& in, const std::string& name) { return ArchiveReader(in, name).meta().info; }
 
 json unpack_archive(BlobReader& in, const std::string& dir, const std::string& root_image, const ProgressFn& progress,

@@ -43,6 +43,10 @@ struct PackStats {
 PackStats pack_snapshot(const std::string& dir, const nlohmann::json& info, BlobWriter& out, const ProgressFn& progress,
                         ZstdOptions zstd = {});
 
+/// The root image file the snapshot `dir`'s VM ran over (its vm.state's config.image).
+/// Throws SnapshotError, SysError.
+std::string snapshot_root_image(const std::string& dir);
+
 /// Reads only the header's info of an archive. Throws ArchiveError, SysError.
 nlohmann::json archive_info(BlobReader& in, const std::string& name = "archive");
 

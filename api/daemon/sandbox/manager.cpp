@@ -63,12 +63,23 @@ std::string lower(std::string_view text) {
 }  // namespace
 
 SandboxManager::SandboxManager(ManagerOptions options, store::Store& store)
-    : options_(std::move(options)), store_(store), vms_(options_.state_dir) {}
+    : options_(std::move(options)),
+      store_(store),
+      vms_(options_.state_dir),
+      blobs_(options_.state_dir + "/archives"),
+      pins_(store, options_.state_dir + "/images") {}
 
 SandboxManager::~SandboxManager() {
     stopping_ = true;
     watch_wake_.notify_all();
     if (watcher_.joinable()) watcher_.join();
+    std::vector<std::thread> jobs;
+    {
+        std::lock_guard lock(jobs_mutex_);
+        jobs.swap(jobs_);
+    }
+    for (std::thread& t : jobs)
+        if (t.joinable()) t.join();
 }
 
 std::shared_ptr<SandboxManager::Slot> SandboxManager::slot(const std::string& id) {
@@ -146,7 +157,7 @@ SandboxRecord SandboxManager::launch(SandboxRecord record, const std::string& re
     VmDriver::Started started;
     try {
         started = vms_.start(static_cast<uint32_t>(record.cpus), static_cast<uint32_t>(record.memory_mb),
-                             restore_dir.empty() ? VmDriver::image_path(record.image) : std::string(), restore_dir,
+                             restore_dir.empty() ? pins_.path_of(record.image_digest) : std::string(), restore_dir,
                              standby_sockets);
     } catch (...) {
         store_.delete_sandbox(record.id);
@@ -178,7 +189,15 @@ SandboxRecord SandboxManager::create(const CreateRequest& request) {
     }
     SandboxRecord r = new_record(request);
     r.image = request.image;
-    (void)VmDriver::image_path(r.image);  // an unknown name stops here
+    // An unknown name stops here; the VM boots over the pinned copy (store/image_pins.hpp).
+    try {
+        r.image_digest = pins_.pin(VmDriver::image_path(r.image)).digest;
+    } catch (const ApiError&) {
+        throw;
+    } catch (const std::exception& e) {
+        const std::string message = fmt::format("pinning root image {}: {}", r.image, e.what());
+        throw ApiError(message.find("No space left on device") != std::string::npos ? "disk_full" : "vm_error", message);
+    }
     reserve({r});
     return launch(std::move(r), "");
 }
@@ -230,6 +249,14 @@ void SandboxManager::remove(const std::string& id) {
         }
         store_.delete_sandbox(r.id);
         if (!r.vm_id.empty()) release(vms_.paths(r.vm_id).dir);
+        if (const auto a = store_.archive(r.id)) {
+            try {
+                blobs_.remove(a->blob);
+            } catch (const std::exception& e) {
+                log_line(fmt::format("sandbox {}: removing its archive {}: {}", r.id, a->blob, e.what()));
+            }
+            store_.delete_archive(r.id);
+        }
     }
     std::lock_guard lock(mutex_);
     slots_.erase(lower(id));
@@ -263,6 +290,7 @@ void SandboxManager::release(const std::string& dir) { store::release_and_collec
 
 void SandboxManager::recover_and_watch() {
     for (const std::string& dir : store::finish_removals(store_)) log_line("removed " + dir + " (a removal cut short)");
+    recover_archives();
     std::set<std::string> known_vms;
     for (SandboxRecord r : store_.all_sandboxes()) {
         const SandboxState st = state_of(r);
@@ -335,7 +363,9 @@ void SandboxManager::check_sandboxes() {
     for (SandboxRecord r : store_.all_sandboxes()) {
         if (stopping_) return;
         const SandboxState st = state_of(r);
-        if (r.end_at_ms && now >= *r.end_at_ms && st != SandboxState::deleting && st != SandboxState::creating) {
+        // An archive or unarchive that runs holds the sandbox's lock: its end waits.
+        if (r.end_at_ms && now >= *r.end_at_ms && st != SandboxState::deleting && st != SandboxState::creating &&
+            st != SandboxState::archiving && st != SandboxState::unarchiving) {
             log_line(fmt::format("sandbox {}: its timeout passed: deleting it", r.id));
             try {
                 remove(r.id);

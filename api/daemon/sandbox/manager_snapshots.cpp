@@ -58,6 +58,7 @@ SnapshotRecord SandboxManager::snapshot(const std::string& sandbox_id, const Sna
     snap.memory_mb = r.memory_mb;
     snap.disable_internet = r.disable_internet;
     snap.image = r.image;
+    snap.image_digest = r.image_digest;
     snap.created_ms = store::now_ms();
     std::error_code ec;
     fs::create_directories(options_.state_dir + "/snapshots", ec);
@@ -120,6 +121,7 @@ SandboxRecord SandboxManager::restore(const std::string& snapshot_id, const Crea
     SandboxRecord r = new_record(shaped);
     r.disable_internet = snap.disable_internet;
     r.image = snap.image;
+    r.image_digest = snap.image_digest;
     r.snapshot_id = snap.id;
     reserve({r});
     return launch(std::move(r), snap.dir);
@@ -153,6 +155,7 @@ std::vector<ForkChild> SandboxManager::fork(const std::string& id, uint32_t n) {
             c.end_at_ms = c.created_ms + options_.default_timeout_s * 1000;
         }
         c.image = parent.image;
+        c.image_digest = parent.image_digest;
         c.parent_id = parent.id;
         c.labels = parent.labels;
         children.push_back(std::move(c));
