@@ -227,7 +227,10 @@ SandboxRecord SandboxManager::patch(const std::string& id, const PatchRequest& r
     if (request.labels) r.labels = *request.labels;
     if (request.set_timeout) {
         r.timeout_s = request.timeout_s;
-        r.end_at_ms = request.timeout_s ? std::optional<int64_t>(store::now_ms() + *request.timeout_s * 1000) : std::nullopt;
+        // An archived sandbox's timeout starts again when it is unarchived.
+        r.end_at_ms = request.timeout_s && state_of(r) != SandboxState::archived
+                          ? std::optional<int64_t>(store::now_ms() + *request.timeout_s * 1000)
+                          : std::nullopt;
     }
     r.updated_ms = store::now_ms();
     store_.put_sandbox(r);
