@@ -158,7 +158,7 @@ SandboxRecord SandboxManager::launch(SandboxRecord record, const std::string& re
     try {
         started = vms_.start(static_cast<uint32_t>(record.cpus), static_cast<uint32_t>(record.memory_mb),
                              restore_dir.empty() ? pins_.path_of(record.image_digest) : std::string(), restore_dir,
-                             standby_sockets);
+                             standby_sockets, record.id);
     } catch (...) {
         store_.delete_sandbox(record.id);
         throw;

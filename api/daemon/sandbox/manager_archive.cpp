@@ -248,7 +248,7 @@ void SandboxManager::run_unarchive(const std::string& id) {
             },
             a->blob);
         set_progress(r.id, "restore", 0, 0);
-        started = vms_.start(static_cast<uint32_t>(r.cpus), static_cast<uint32_t>(r.memory_mb), "", dir);
+        started = vms_.start(static_cast<uint32_t>(r.cpus), static_cast<uint32_t>(r.memory_mb), "", dir, {}, r.id);
     } catch (const std::exception& e) {
         release(dir);
         clear_progress(r.id);
