@@ -96,10 +96,11 @@ SandboxRecord SandboxManager::archive(const std::string& id, bool wait) {
         SandboxRecord r = must_get(id);
         before = state_of(r);
         require_allowed(SandboxOp::archive, before);
+        if (no_op(SandboxOp::archive, before)) return r;  // archived already
         const int64_t now = store::now_ms();
         store_.put_archive(ArchiveRecord{r.id, fmt::format("{}-{}.nva", r.id, now), "writing", r.image_digest, 0, 0, now});
         set_progress(r.id, "snapshot", 0, 0);
-        set_state(r, SandboxState::archiving);
+        set_state(r, *transition(SandboxOp::archive).during);
     }
     const std::string key = must_get(id).id;
     if (!wait) {
@@ -187,7 +188,7 @@ void SandboxManager::finish_archive(SandboxRecord r) {
     }
     r.vm_id.clear();
     r.end_at_ms.reset();  // the timeout stops while archived
-    set_state(r, SandboxState::archived);
+    set_state(r, *transition(SandboxOp::archive).to);
     if (!vm_id.empty()) release(vms_.paths(vm_id).dir);
     release(work_dir(options_.state_dir, r.id));
     clear_progress(r.id);
@@ -200,6 +201,7 @@ SandboxRecord SandboxManager::unarchive(const std::string& id, bool wait) {
         std::lock_guard op(s->op);
         SandboxRecord r = must_get(id);
         require_allowed(SandboxOp::unarchive, state_of(r));
+        if (no_op(SandboxOp::unarchive, state_of(r))) return r;  // running already
         const auto a = store_.archive(r.id);
         if (!a || a->state != "ready")
             throw ApiError("wrong_state", fmt::format("sandbox {} has no complete archive", r.id));
@@ -207,7 +209,7 @@ SandboxRecord SandboxManager::unarchive(const std::string& id, bool wait) {
             std::lock_guard caps(mutex_);
             check_fits(1, r.memory_mb);
             set_progress(r.id, "unpack", 0, static_cast<uint64_t>(a->compressed_bytes));
-            set_state(r, SandboxState::unarchiving);
+            set_state(r, *transition(SandboxOp::unarchive).during);
         }
         key = r.id;
     }
@@ -258,7 +260,7 @@ void SandboxManager::run_unarchive(const std::string& id) {
     }
     r.vm_id = started.vm_id;
     if (r.timeout_s && *r.timeout_s > 0) r.end_at_ms = store::now_ms() + *r.timeout_s * 1000;
-    set_state(r, SandboxState::running);
+    set_state(r, *transition(SandboxOp::unarchive).to);
     store::track_dir(store_, started.dir, "vm", r.id);
     release(dir);  // the VM's disk layer references its raw disk: kept while that lives
     try {
