@@ -78,6 +78,8 @@ TEST_CASE("image pins: two images with the same bytes share one pin; a repointed
         CHECK(a.path == images + "/" + kAbc);
         CHECK(b.path == a.path);
         CHECK(names(images) == std::vector<std::string>{kAbc});  // one file, no partial left
+        // The digest cache beside the image: digest, size, mtime.
+        CHECK(read_file(tmp.file("cache/default-1/disk.ext4.sha256")).rfind(std::string(kAbc) + " 3 ", 0) == 0);
         CHECK(pins.path_of(kAbc) == a.path);
         CHECK(pins.path_of(std::string(64, '0')).empty());
         CHECK(pins.path_of("../store.db").empty());

@@ -2,19 +2,22 @@
 #include "api/daemon/store/image_pins.hpp"
 
 #include <fcntl.h>
+#include <linux/fs.h>
 #include <openssl/evp.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "api/daemon/random_bytes.hpp"
-#include "api/vm/scratch_disk.hpp"
 #include "snapshot/memory_layer.hpp"
 #include "vmm/fd.hpp"
 
@@ -46,11 +49,14 @@ bool is_digest(const std::string& text) noexcept {
            std::all_of(text.begin(), text.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
-std::string sha256_file(const std::string& path) {
-    Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd) throw_errno("open " + path);
+namespace {
+
+// SHA-256 of the file open at `fd` (`path` for messages), holes as zeros; with
+// `copy` >= 0 its data extents are written there too (at the same offsets) and it is
+// sized like the source: a sparse copy and the digest in one read.
+std::string sha256_fd(int fd, const std::string& path, int copy) {
     struct stat st {};
-    if (::fstat(fd.get(), &st) != 0) throw_errno("fstat " + path);
+    if (::fstat(fd, &st) != 0) throw_errno("fstat " + path);
     const auto size = static_cast<uint64_t>(st.st_size);
     std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
     if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) throw Error("SHA-256: EVP_DigestInit_ex failed");
@@ -65,26 +71,61 @@ std::string sha256_file(const std::string& path) {
             at += n;
         }
     };
-    snapshot::for_each_data_extent(fd.get(), 0, size, [&](uint64_t from, uint64_t bytes) {
+    snapshot::for_each_data_extent(fd, 0, size, [&](uint64_t from, uint64_t bytes) {
         zeros_to(from);
         const uint64_t end = from + bytes;
         while (at < end) {
             const size_t want = static_cast<size_t>(std::min<uint64_t>(kChunk, end - at));
-            const ssize_t n = ::pread(fd.get(), buffer.data(), want, static_cast<off_t>(at));
+            const ssize_t n = ::pread(fd, buffer.data(), want, static_cast<off_t>(at));
             if (n < 0 && errno == EINTR) continue;
             if (n < 0) throw_errno("pread " + path);
             if (n == 0) throw Error(fmt::format("{}: shrank while being hashed", path));
             EVP_DigestUpdate(ctx.get(), buffer.data(), static_cast<size_t>(n));
+            if (copy >= 0) snapshot::pwrite_all(copy, buffer.data(), static_cast<uint64_t>(n), at, "the image copy");
             at += static_cast<uint64_t>(n);
         }
     });
     zeros_to(size);
+    if (copy >= 0 && ::ftruncate(copy, static_cast<off_t>(size)) != 0) throw_errno("ftruncate (the image copy)");
     unsigned char digest[EVP_MAX_MD_SIZE];
     unsigned int length = 0;
     if (EVP_DigestFinal_ex(ctx.get(), digest, &length) != 1) throw Error("SHA-256: EVP_DigestFinal_ex failed");
     std::string out;
     for (unsigned int i = 0; i < length; ++i) out += fmt::format("{:02x}", digest[i]);
     return out;
+}
+
+// The digest cache beside an image (<image>.sha256: "<digest> <bytes> <mtime ns>"),
+// written by the first daemon that hashed it when the image's directory is writable,
+// and read by the others (a test host sees the cache read-only): valid while the
+// image has that size and mtime.
+std::optional<std::string> read_sidecar(const std::string& image, const ImageSource& seen) {
+    std::ifstream f(image + ".sha256");
+    std::string digest;
+    int64_t bytes = -1, mtime = -1;
+    if (!(f >> digest >> bytes >> mtime) || !is_digest(digest) || bytes != seen.bytes || mtime != seen.mtime_ns)
+        return std::nullopt;
+    return digest;
+}
+
+void write_sidecar(const std::string& image, const ImageSource& seen, const std::string& digest) noexcept {
+    const std::string tmp = fmt::format("{}.sha256.{}", image, ::getpid());
+    {
+        std::ofstream f(tmp);
+        if (!(f << digest << ' ' << seen.bytes << ' ' << seen.mtime_ns << '\n')) {
+            ::unlink(tmp.c_str());
+            return;
+        }
+    }
+    if (::rename(tmp.c_str(), (image + ".sha256").c_str()) != 0) ::unlink(tmp.c_str());
+}
+
+}  // namespace
+
+std::string sha256_file(const std::string& path) {
+    Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) throw_errno("open " + path);
+    return sha256_fd(fd.get(), path, -1);
 }
 
 ImagePins::ImagePins(Store& store, std::string images_dir) : store_(store), dir_(std::move(images_dir)) {
@@ -108,20 +149,32 @@ ImagePin ImagePins::pin(const std::string& source) {
     Fd fd(::open(real.c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd) throw_errno("open " + real);
     const ImageSource seen = describe(real, fd.get());
-    if (auto digest = store_.image_source_digest(seen)) {
-        if (std::string path = path_of(*digest); !path.empty()) return ImagePin{*digest, path};
+    std::optional<std::string> known = store_.image_source_digest(seen);
+    if (!known) known = read_sidecar(real, seen);
+    if (known) {
+        if (std::string path = path_of(*known); !path.empty()) {
+            store_.put_image_source(seen, *known);
+            return ImagePin{*known, path};
+        }
     }
     unsigned char r[8];
     random_bytes(r, sizeof(r));
     const std::string tmp = fmt::format("{}/.{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}.partial", dir_, r[0], r[1],
                                         r[2], r[3], r[4], r[5], r[6], r[7]);
     try {
-        if (::link(real.c_str(), tmp.c_str()) != 0) {
+        std::string digest;
+        if (::link(real.c_str(), tmp.c_str()) == 0) {
+            digest = known ? *known : sha256_file(tmp);
+        } else {
             if (errno != EXDEV && errno != EPERM && errno != EMLINK) throw_errno(fmt::format("link {} {}", real, tmp));
-            vm::copy_sparse(real, tmp);  // a reflink where the file system has one
-            ::chmod(tmp.c_str(), 0444);
+            Fd out(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444));
+            if (!out) throw_errno("open " + tmp);
+            if (::ioctl(out.get(), FICLONE, fd.get()) == 0) {
+                digest = known ? *known : sha256_file(tmp);  // a reflink: hashed from the pin itself
+            } else {
+                digest = sha256_fd(fd.get(), real, out.get());  // copied and hashed in one read
+            }
         }
-        const std::string digest = sha256_file(tmp);
         const std::string target = dir_ + "/" + digest;
         fsync_path(tmp, false);
         if (path_of(digest).empty()) {
@@ -131,6 +184,7 @@ ImagePin ImagePins::pin(const std::string& source) {
         }
         fsync_path(dir_, true);
         store_.put_image_source(seen, digest);
+        if (!known) write_sidecar(real, seen, digest);
         return ImagePin{digest, target};
     } catch (...) {
         ::unlink(tmp.c_str());
