@@ -188,10 +188,10 @@ void SandboxManager::finish_archive(SandboxRecord r) {
     }
     r.vm_id.clear();
     r.end_at_ms.reset();  // the timeout stops while archived
+    clear_progress(r.id);  // first: an answer never shows the new state with the old progress
     set_state(r, *transition(SandboxOp::archive).to);
     if (!vm_id.empty()) release(vms_.paths(vm_id).dir);
     release(work_dir(options_.state_dir, r.id));
-    clear_progress(r.id);
 }
 
 SandboxRecord SandboxManager::unarchive(const std::string& id, bool wait) {
@@ -260,6 +260,7 @@ void SandboxManager::run_unarchive(const std::string& id) {
     }
     r.vm_id = started.vm_id;
     if (r.timeout_s && *r.timeout_s > 0) r.end_at_ms = store::now_ms() + *r.timeout_s * 1000;
+    clear_progress(r.id);
     set_state(r, *transition(SandboxOp::unarchive).to);
     store::track_dir(store_, started.dir, "vm", r.id);
     release(dir);  // the VM's disk layer references its raw disk: kept while that lives
@@ -269,7 +270,6 @@ void SandboxManager::run_unarchive(const std::string& id) {
         log_line(fmt::format("sandbox {}: removing its archive {}: {}", r.id, a->blob, e.what()));
     }
     store_.delete_archive(r.id);
-    clear_progress(r.id);
 }
 
 void SandboxManager::recover_archives() {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -18,8 +19,10 @@
 #include <fmt/format.h>
 
 #include "api/daemon/random_bytes.hpp"
+#include "api/vm/scratch_disk.hpp"
 #include "snapshot/memory_layer.hpp"
 #include "vmm/fd.hpp"
+#include "vmm/log.hpp"
 
 namespace nanovm::daemon::store {
 
@@ -157,6 +160,8 @@ ImagePin ImagePins::pin(const std::string& source) {
             return ImagePin{*known, path};
         }
     }
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string how;
     unsigned char r[8];
     random_bytes(r, sizeof(r));
     const std::string tmp = fmt::format("{}/.{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}.partial", dir_, r[0], r[1],
@@ -164,16 +169,23 @@ ImagePin ImagePins::pin(const std::string& source) {
     try {
         std::string digest;
         if (::link(real.c_str(), tmp.c_str()) == 0) {
+            how = "linked";
             digest = known ? *known : sha256_file(tmp);
         } else {
             if (errno != EXDEV && errno != EPERM && errno != EMLINK) throw_errno(fmt::format("link {} {}", real, tmp));
             Fd out(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444));
             if (!out) throw_errno("open " + tmp);
             if (::ioctl(out.get(), FICLONE, fd.get()) == 0) {
+                how = "reflinked";
                 digest = known ? *known : sha256_file(tmp);  // a reflink: hashed from the pin itself
+            } else if (known) {
+                how = "copied";
+                vm::copy_sparse(real, tmp);
             } else {
+                how = "copied";
                 digest = sha256_fd(fd.get(), real, out.get());  // copied and hashed in one read
             }
+            if (known) digest = *known;
         }
         const std::string target = dir_ + "/" + digest;
         fsync_path(tmp, false);
@@ -185,6 +197,9 @@ ImagePin ImagePins::pin(const std::string& source) {
         fsync_path(dir_, true);
         store_.put_image_source(seen, digest);
         if (!known) write_sidecar(real, seen, digest);
+        log_line(fmt::format("pinned {} as images/{}: {} ({} MiB), {} in {:.0f} ms", real, digest, how,
+                             seen.bytes >> 20, known ? "its digest known" : "hashed",
+                             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()));
         return ImagePin{digest, target};
     } catch (...) {
         ::unlink(tmp.c_str());
