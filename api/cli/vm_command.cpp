@@ -432,6 +432,7 @@ VmCommands add_vm_commands(CLI::App& app, VmCommandOptions& o) {
     c.vmm->add_option("--image", o.vmm.image);
     c.vmm->add_option("--restore", o.vmm.restore_dir);
     c.vmm->add_option("--memory-backend", o.vmm.memory_backend);
+    c.vmm->add_option("--hostname", o.vmm.hostname);
     c.vmm->add_option("--fork-memory", o.vmm.fork_memory);
     c.vmm->add_option("--fork-delta", o.vmm.fork_delta);
     c.vmm->add_option("--disk", o.vmm.disks);

@@ -48,7 +48,11 @@ json schemas() {
                            {"end_at", nullable_str},
                            {"autosleep_s", integer},
                            {"on_timeout", {{"type", "string"}, {"enum", {"delete", "archive"}}}},
-                           {"created_at", str}});
+                           {"created_at", str},
+                           {"image_digest", nullable_str},
+                           {"progress", {{"type", "object"},
+                                         {"nullable", true},
+                                         {"properties", {{"phase", str}, {"bytes_done", integer}, {"bytes_total", integer}}}}}});
     s["SandboxList"] = object({{"sandboxes", {{"type", "array"}, {"items", ref("Sandbox")}}}, {"next", nullable_str}});
     s["CreateSandbox"] = object({{"image", str},
                                  {"snapshot_id", str},
@@ -90,10 +94,12 @@ json schemas() {
                             {"cpus", integer},
                             {"memory_mb", integer},
                             {"disable_internet", boolean},
+                            {"image_digest", nullable_str},
                             {"error", nullable_str}});
     s["SnapshotList"] = object({{"snapshots", {{"type", "array"}, {"items", ref("Snapshot")}}}, {"next", nullable_str}});
     s["WaitDurable"] = object({{"timeout_s", {{"type", "integer"}, {"minimum", 0}, {"maximum", 3600}}}});
     s["Restore"] = object({{"metadata", labels}, {"timeout_s", integer}});
+    s["ArchiveRequest"] = object({{"wait", {{"type", "boolean"}, {"default", true}}}});
     s["Fork"] = object({{"n", {{"type", "integer"}, {"minimum", 1}, {"maximum", 4}, {"default", 1}}}});
     s["ForkResult"] = object(
         {{"children", {{"type", "array"}, {"items", object({{"sandbox", ref("Sandbox")}, {"error", ref("Error")}})}}}});

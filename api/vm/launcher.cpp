@@ -86,6 +86,10 @@ std::vector<std::string> vmm_arguments(const std::string& exe, const VmmOptions&
             args.push_back(o.fork_delta);
         }
     }
+    if (!o.hostname.empty()) {
+        args.push_back("--hostname");
+        args.push_back(o.hostname);
+    }
     for (const std::string& d : o.disks) {
         args.push_back("--disk");
         args.push_back(d);
@@ -188,6 +192,7 @@ StartedVm start_vm(const SandboxSpec& spec, bool attached, int signal_fd) {
     child.image = image;
     child.disks = spec.disks;
     child.boot_timeout = spec.boot_timeout;
+    child.hostname = spec.hostname;
     if (restore) {
         child.restore_dir = std::filesystem::absolute(spec.restore_dir).string();
         child.memory_backend = spec.memory_backend;

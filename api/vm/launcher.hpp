@@ -38,6 +38,7 @@ struct SandboxSpec {
     /// image and disks then come from the snapshot and the fields above are ignored).
     std::string restore_dir;
     std::string memory_backend = "file";  ///< restore only: "file" or "uffd"
+    std::string hostname;  ///< VmmOptions::hostname (nanovmd: the sandbox id, kept across its restores)
     /// restore_dir is a fork base: the parent's frozen RAM as VmmOptions::fork_memory says.
     std::string fork_memory;
     std::string fork_delta;  ///< with fork_memory: VmmOptions::fork_delta

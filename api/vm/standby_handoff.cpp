@@ -95,6 +95,7 @@ std::string encode_claim(const VmmOptions& o, const VmmEnvironment& env) {
                 {"fork_memory", o.fork_memory},
                 {"fork_delta", o.fork_delta},
                 {"fork_standby", o.fork_standby},
+                {"hostname", o.hostname},
                 {"env", env}}
         .dump();
 }
@@ -130,6 +131,7 @@ DecodedClaim decode_claim(std::string_view text) {
     o.fork_memory = field<std::string>(j, "fork_memory");
     o.fork_delta = field<std::string>(j, "fork_delta");
     o.fork_standby = field<uint32_t>(j, "fork_standby");
+    o.hostname = j.value("hostname", std::string());
     if (o.fork_standby > kMaxForkStandby) throw Error(fmt::format("standby claim: fork_standby {}", o.fork_standby));
     VmmEnvironment env = field<VmmEnvironment>(j, "env");
     for (const auto& [name, value] : env) {

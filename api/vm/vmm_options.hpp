@@ -38,6 +38,10 @@ struct VmmOptions {
     /// boot.json; restore_dir must be empty.
     bool reboot = false;
     std::string memory_backend = "file";  ///< "file" or "uffd" (snapshot::MemoryBackend)
+    /// The guest's hostname (1-64 bytes of [A-Za-z0-9.-]): set by the agent's resync
+    /// once the guest answers, after a boot as after a restore. Empty: a booted guest
+    /// keeps guest-init's, a restored one takes the VM id.
+    std::string hostname;
     /// With restore_dir (a fork base): the parent VMM's frozen memory layer as
     /// "PID:FD:INODE[,...]" (one per RAM region), opened through /proc/PID/fd/FD and
     /// mapped privately (snapshot/fork_image.hpp); memory_backend is then unused.

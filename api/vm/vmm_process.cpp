@@ -192,9 +192,10 @@ agent::Endpoint agent_endpoint(const VmPaths& paths) {
 // Waits until the guest agent answers a PING, then reports ready; or reports the
 // failure and stops the VM when boot_timeout passes first.
 // With `resync` (a restored VM), the agent first reseeds the guest's RNG, steps its
-// wall clock and takes the hostname `hostname`; only then is the VM ready.
+// wall clock and takes the hostname `hostname` (empty: the VM id); a booted VM with
+// a `hostname` takes only that one. Only then is the VM ready.
 void watch_readiness(const VmPaths& paths, std::chrono::milliseconds boot_timeout, Lifecycle& life, ReadyPipe& pipe,
-                     Machine& machine, bool resync) {
+                     Machine& machine, bool resync, const std::string& hostname) {
     const auto start = Clock::now();
     const auto deadline = start + boot_timeout;
     std::string last_error = "no attempt";
@@ -214,7 +215,8 @@ void watch_readiness(const VmPaths& paths, std::chrono::milliseconds boot_timeou
             client.ping();
             const double answered_ms = snapshot::ms_since(start);
             const auto answered = Clock::now();
-            if (resync) agent::resync_guest(client, paths.id);
+            if (resync) agent::resync_guest(client, hostname.empty() ? paths.id : hostname);
+            else if (!hostname.empty()) agent::resync_guest(client, hostname);
             if (life.transition(VmState::booting, VmState::running)) pipe.ready();
             if (resync)
                 log_line(fmt::format("ready: the agent answered {:.1f} ms after the vCPUs started ({}); "
@@ -803,7 +805,7 @@ int serve(const VmmOptions& requested, ReadyPipe& pipe, std::unique_ptr<Machine>
     StandbyKeeper standbys(exe, paths.dir, paths.vmm_log(), vm->machine().vcpu_count(),
                            vm->machine().memory().ram_bytes(), exe.empty() ? 0 : options.fork_standby);
     std::thread readiness([&] {
-        watch_readiness(paths, options.boot_timeout, life, pipe, vm->machine(), restore);
+        watch_readiness(paths, options.boot_timeout, life, pipe, vm->machine(), restore, options.hostname);
         const VmState now = life.state();
         if (now == VmState::running || now == VmState::paused) standbys.start();
     });

@@ -100,6 +100,7 @@ def run():
            back.headers.get("Transfer-Encoding") == "chunked", "a 3 MiB file written, then streamed back the same", big)
 
         sh(sid, COUNTER)
+        sh(sid, "for i in $(seq 50); do [ -s /work/counter ] && break; sleep 0.1; done")  # its first count
         running, seen = counter_runs(sid)
         ok(running, f"a background process counts in the sandbox ({seen})")
 

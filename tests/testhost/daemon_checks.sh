@@ -3,7 +3,8 @@
 # tests/daemon/testhost_checks.py drives the daemon over HTTP; its TAP lines are
 # renumbered into checks.sh's.
 # tests/daemon/testhost_templates.py (templates) runs after it the same way.
-# tests/daemon/testhost_rest_checks.py (rest states: sleep, autosleep, reboot) last.
+# tests/daemon/testhost_rest_checks.py (rest states: sleep, autosleep, reboot) and
+# tests/daemon/testhost_archive_checks.py (archive and unarchive) run last.
 # Usage (sourced): . daemon_checks.sh   with $nanovm $work set.
 dm_run() {  # dm_run SCRIPT SECONDS
 dm=$work/daemon/$1
@@ -25,3 +26,4 @@ fi
 dm_run testhost_checks.py 440
 dm_run testhost_templates.py 300
 dm_run testhost_rest_checks.py 240
+dm_run testhost_archive_checks.py 300

@@ -13,6 +13,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import archive_bench  # noqa: E402
+
 
 class UnixHTTP(http.client.HTTPConnection):
     def __init__(self, path):
@@ -45,6 +48,7 @@ def main():
     ap.add_argument("--pause-runs", default="10")
     ap.add_argument("--cpus", default="1")
     ap.add_argument("--memory", default="256")
+    ap.add_argument("--archive-rounds", default="3", help="archive + unarchive rounds (0: none; archive_bench.py)")
     a = ap.parse_args()
     scratch = os.environ.get("NANOVM_SCRATCH") or tempfile.mkdtemp(prefix="nanovm-api-bench-")
     state = os.path.join(scratch, "api-bench-state")
@@ -70,9 +74,18 @@ def main():
                                 "--where", a.where, "--rounds", a.rounds, "--exec-runs", a.exec_runs,
                                 "--file-runs", a.file_runs, "--pause-runs", a.pause_runs, "--cpus", a.cpus,
                                 "--memory", a.memory], stdout=subprocess.PIPE, text=True)
-        sys.stdout.write(bench.stdout)
         if bench.returncode != 0:
+            sys.stdout.write(bench.stdout)
             sys.exit(f"api bench: the driver failed ({bench.returncode})")
+        # The driver's table, then the archive rounds' lines, then one JSON line with both.
+        lines = bench.stdout.rstrip("\n").split("\n")
+        result = json.loads(lines[-1])
+        sys.stdout.write("\n".join(lines[:-1]) + "\n")
+        sys.stdout.flush()
+        if int(a.archive_rounds) > 0:
+            result.update(archive_bench.run(sock, os.path.join(state, "daemon.log"), int(a.archive_rounds),
+                                            int(a.cpus), int(a.memory)))
+        print(json.dumps(result), flush=True)
     finally:
         # The daemon's sandboxes outlive it: delete what a failed run left.
         try:

@@ -38,7 +38,7 @@ const char* type_name(agent::proto::FileType t) {
 
 }  // namespace
 
-json sandbox_json(const store::SandboxRecord& r) {
+json sandbox_json(const store::SandboxRecord& r, const std::optional<ArchiveProgress>& progress) {
     return json{{"id", r.id},
                 {"state", r.state},
                 {"error", text_or_null(r.error)},
@@ -53,7 +53,12 @@ json sandbox_json(const store::SandboxRecord& r) {
                 {"end_at", r.end_at_ms ? json(rfc3339(*r.end_at_ms)) : json(nullptr)},
                 {"autosleep_s", r.autosleep_s},
                 {"on_timeout", r.on_timeout},
-                {"created_at", rfc3339(r.created_ms)}};
+                {"created_at", rfc3339(r.created_ms)},
+                {"image_digest", text_or_null(r.image_digest)},
+                {"progress", progress ? json{{"phase", progress->phase},
+                                             {"bytes_done", progress->bytes_done},
+                                             {"bytes_total", progress->bytes_total}}
+                                      : json(nullptr)}};
 }
 
 json snapshot_json(SandboxManager& manager, const store::SnapshotRecord& s) {
@@ -66,6 +71,7 @@ json snapshot_json(SandboxManager& manager, const store::SnapshotRecord& s) {
                 {"cpus", s.cpus},
                 {"memory_mb", s.memory_mb},
                 {"disable_internet", s.disable_internet},
+                {"image_digest", text_or_null(s.image_digest)},
                 {"error", text_or_null(s.error)}};
 }
 

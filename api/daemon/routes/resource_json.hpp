@@ -19,7 +19,9 @@ namespace nanovm::daemon {
 /// RFC 3339 UTC with milliseconds ("2026-12-01T16:41:19.123Z").
 std::string rfc3339(int64_t unix_ms);
 
-nlohmann::json sandbox_json(const store::SandboxRecord& r);
+/// A Sandbox; "progress" is `progress` ({phase, bytes_done, bytes_total}) while an
+/// archive or unarchive runs, else null.
+nlohmann::json sandbox_json(const store::SandboxRecord& r, const std::optional<ArchiveProgress>& progress = std::nullopt);
 nlohmann::json snapshot_json(SandboxManager& manager, const store::SnapshotRecord& s);
 nlohmann::json file_info_json(const std::string& path, const std::string& name, const agent::proto::FileInfo& info);
 nlohmann::json exec_result_json(const ExecOutcome& outcome);

@@ -33,10 +33,7 @@ CreateRequest parse_create(const std::string& body) {
     if (auto v = b.integer("timeout_s", 0, kMaxTimeoutS)) r.timeout_s = *v;
     if (auto v = b.integer("autosleep_s", 0, kMaxTimeoutS)) r.autosleep_s = *v;
     if (auto v = b.string("on_timeout", 16)) {
-        if (*v == "archive")
-            throw ApiError("invalid_value", "on_timeout \"archive\": this daemon cannot archive sandboxes yet; "
-                                            "use \"delete\" (the default)");
-        if (*v != "delete")
+        if (*v != "delete" && *v != "archive")
             throw ApiError("invalid_value", fmt::format("on_timeout \"{}\": \"delete\" or \"archive\"", v->substr(0, 16)));
         r.on_timeout = *v;
     }
@@ -96,7 +93,7 @@ void add_sandbox_routes(RouteContext& c) {
                      if (auto it = req.query.find("after"); it != req.query.end()) f.after = it->second;
                      const auto rows = m.list(f);
                      json list = json::array();
-                     for (const auto& r : rows) list.push_back(sandbox_json(r));
+                     for (const auto& r : rows) list.push_back(sandbox_json(r, m.progress(r.id)));
                      const bool full = static_cast<int64_t>(rows.size()) == f.limit;
                      return json_response(200, json{{"sandboxes", list}, {"next", full ? json(rows.back().id) : json(nullptr)}});
                  });
@@ -107,7 +104,10 @@ void add_sandbox_routes(RouteContext& c) {
                            .errors = id_errors,
                            .worker = false,
                            .response_schema = "Sandbox"},
-                 [&m](http::Request& req) { return json_response(200, sandbox_json(m.get(req.params["id"]))); });
+                 [&m](http::Request& req) {
+                     const store::SandboxRecord r = m.get(req.params["id"]);
+                     return json_response(200, sandbox_json(r, m.progress(r.id)));
+                 });
 
     c.router.add(RouteSpec{.method = "PATCH",
                            .pattern = "/v1/sandboxes/{id}",
@@ -158,6 +158,29 @@ void add_sandbox_routes(RouteContext& c) {
                      JsonBody(req.body, {});
                      return json_response(200, sandbox_json(m.resume(req.params["id"])));
                  });
+
+    for (const bool archive : {true, false}) {
+        c.router.add(RouteSpec{.method = "POST",
+                               .pattern = archive ? "/v1/sandboxes/{id}/archive" : "/v1/sandboxes/{id}/unarchive",
+                               .summary = archive ? "Pack a sandbox's memory and disks into the archive store and end its VM"
+                                                  : "Restore an archived sandbox under the same id, running",
+                               .success = 200,
+                               .errors = archive ? std::vector<std::string>{"sandbox_not_found", "bad_json", "invalid_field",
+                                                                            "unknown_field", "wrong_state", "vm_error",
+                                                                            "disk_full"}
+                                                 : std::vector<std::string>{"sandbox_not_found", "bad_json", "invalid_field",
+                                                                            "unknown_field", "wrong_state", "over_capacity",
+                                                                            "vm_error", "disk_full"},
+                               .request_schema = "ArchiveRequest",
+                               .response_schema = "Sandbox"},
+                     [&m, archive](http::Request& req) {
+                         const JsonBody b(req.body, {"wait"});
+                         const bool wait = b.boolean("wait").value_or(true);
+                         const store::SandboxRecord r =
+                             archive ? m.archive(req.params["id"], wait) : m.unarchive(req.params["id"], wait);
+                         return json_response(wait ? 200 : 202, sandbox_json(r, m.progress(r.id)));
+                     });
+    }
 
     c.router.add(RouteSpec{.method = "POST",
                            .pattern = "/v1/sandboxes/{id}/fork",

@@ -63,14 +63,28 @@ std::string lower(std::string_view text) {
 }  // namespace
 
 SandboxManager::SandboxManager(ManagerOptions options, store::Store& store)
-    : options_(std::move(options)), store_(store), vms_(options_.state_dir), idle_(options_.idle) {}
+    : options_(std::move(options)),
+      store_(store),
+      vms_(options_.state_dir),
+      idle_(options_.idle),
+      blobs_(options_.state_dir + "/archives"),
+      pins_(store, options_.state_dir + "/images") {}
 
 SandboxManager::~SandboxManager() {
     stopping_ = true;
     watch_wake_.notify_all();
     if (watcher_.joinable()) watcher_.join();
-    std::unique_lock lock(watch_mutex_);
-    watch_wake_.wait(lock, [this] { return background_ == 0; });  // reboots under way end first
+    {
+        std::unique_lock lock(watch_mutex_);
+        watch_wake_.wait(lock, [this] { return background_ == 0; });  // reboots under way end first
+    }
+    std::vector<std::thread> jobs;
+    {
+        std::lock_guard lock(jobs_mutex_);
+        jobs.swap(jobs_);
+    }
+    for (std::thread& t : jobs)
+        if (t.joinable()) t.join();
 }
 
 std::shared_ptr<SandboxManager::Slot> SandboxManager::slot(const std::string& id) {
@@ -150,8 +164,8 @@ SandboxRecord SandboxManager::launch(SandboxRecord record, const std::string& re
     VmDriver::Started started;
     try {
         started = vms_.start(static_cast<uint32_t>(record.cpus), static_cast<uint32_t>(record.memory_mb),
-                             restore_dir.empty() ? VmDriver::image_path(record.image) : std::string(), restore_dir,
-                             standby_sockets);
+                             restore_dir.empty() ? pins_.path_of(record.image_digest) : std::string(), restore_dir,
+                             standby_sockets, record.id);
     } catch (...) {
         store_.delete_sandbox(record.id);
         throw;
@@ -182,7 +196,15 @@ SandboxRecord SandboxManager::create(const CreateRequest& request) {
     }
     SandboxRecord r = new_record(request);
     r.image = request.image;
-    (void)VmDriver::image_path(r.image);  // an unknown name stops here
+    // An unknown name stops here; the VM boots over the pinned copy (store/image_pins.hpp).
+    try {
+        r.image_digest = pins_.pin(VmDriver::image_path(r.image)).digest;
+    } catch (const ApiError&) {
+        throw;
+    } catch (const std::exception& e) {
+        const std::string message = fmt::format("pinning root image {}: {}", r.image, e.what());
+        throw ApiError(message.find("No space left on device") != std::string::npos ? "disk_full" : "vm_error", message);
+    }
     reserve({r});
     return launch(std::move(r), "");
 }
@@ -212,7 +234,10 @@ SandboxRecord SandboxManager::patch(const std::string& id, const PatchRequest& r
     if (request.labels) r.labels = *request.labels;
     if (request.set_timeout) {
         r.timeout_s = request.timeout_s;
-        r.end_at_ms = request.timeout_s ? std::optional<int64_t>(store::now_ms() + *request.timeout_s * 1000) : std::nullopt;
+        // An archived sandbox's timeout starts again when it is unarchived.
+        r.end_at_ms = request.timeout_s && state_of(r) != SandboxState::archived
+                          ? std::optional<int64_t>(store::now_ms() + *request.timeout_s * 1000)
+                          : std::nullopt;
     }
     r.updated_ms = store::now_ms();
     store_.put_sandbox(r);
@@ -234,6 +259,14 @@ void SandboxManager::remove(const std::string& id) {
         }
         store_.delete_sandbox(r.id);
         if (!r.vm_id.empty()) release(vms_.paths(r.vm_id).dir);
+        if (const auto a = store_.archive(r.id)) {
+            try {
+                blobs_.remove(a->blob);
+            } catch (const std::exception& e) {
+                log_line(fmt::format("sandbox {}: removing its archive {}: {}", r.id, a->blob, e.what()));
+            }
+            store_.delete_archive(r.id);
+        }
     }
     idle_.forget(lower(id));
     std::lock_guard lock(mutex_);
@@ -269,6 +302,7 @@ void SandboxManager::release(const std::string& dir) { store::release_and_collec
 
 void SandboxManager::recover_and_watch() {
     for (const std::string& dir : store::finish_removals(store_)) log_line("removed " + dir + " (a removal cut short)");
+    recover_archives();
     std::set<std::string> known_vms;
     for (SandboxRecord r : store_.all_sandboxes()) {
         const SandboxState st = state_of(r);
@@ -342,7 +376,19 @@ void SandboxManager::check_sandboxes() {
         if (stopping_) return;
         const SandboxState st = state_of(r);
         if (r.end_at_ms && now >= *r.end_at_ms && allowed(SandboxOp::expire, st)) {
-            log_line(fmt::format("sandbox {}: its timeout passed: deleting it", r.id));
+            // on_timeout "archive": archived (end_at null from then on), unless it is in
+            // error (nothing to pack) or the archive fails: then deleted as "delete" would.
+            if (r.on_timeout == "archive" && st != SandboxState::error) {
+                log_line(fmt::format("sandbox {}: its timeout passed: archiving it", r.id));
+                try {
+                    archive(r.id, /*wait=*/true);  // the watcher waits: a failure falls through to delete
+                    continue;
+                } catch (const std::exception& e) {
+                    log_line(fmt::format("sandbox {}: archiving at its timeout: {}: deleting it", r.id, e.what()));
+                }
+            } else {
+                log_line(fmt::format("sandbox {}: its timeout passed: deleting it", r.id));
+            }
             try {
                 remove(r.id);
             } catch (const std::exception& e) {

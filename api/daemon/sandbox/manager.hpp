@@ -25,8 +25,10 @@
 
 #include "api/agent_client/agent_client.hpp"
 #include "api/daemon/sandbox/autosleep.hpp"
+#include "api/daemon/archive/blob_store.hpp"
 #include "api/daemon/sandbox/transitions.hpp"
 #include "api/daemon/sandbox/vm_driver.hpp"
+#include "api/daemon/store/image_pins.hpp"
 #include "api/daemon/store/store.hpp"
 
 namespace nanovm::daemon {
@@ -96,6 +98,16 @@ struct ForkChild {
     std::optional<store::SandboxRecord> sandbox;
     std::string error_code;
     std::string error;
+};
+
+/// An archive or unarchive that runs: its phase and bytes (the Sandbox's "progress").
+/// Phases: archive "snapshot" (the VM paused and saved), "pack" (compressing RAM
+/// and disks; bytes of them read), "stop"; unarchive "unpack" (archive bytes read),
+/// "restore".
+struct ArchiveProgress {
+    std::string phase;
+    uint64_t bytes_done = 0;
+    uint64_t bytes_total = 0;
 };
 
 /// GET /v1/sandboxes/{id}/metrics: host-side figures only.
@@ -190,6 +202,15 @@ public:
     /// n children (1-4), each a sandbox or an error.
     std::vector<ForkChild> fork(const std::string& id, uint32_t n);
 
+    // Archives (manager_archive.cpp): the sandbox's RAM and disks packed into the
+    // archive store (<state>/archives), its VMM ended; unarchive restores it under
+    // the same id. `wait` false: returns at once in archiving / unarchiving and the
+    // work goes on in the background (progress() tells how far).
+    store::SandboxRecord archive(const std::string& id, bool wait);
+    store::SandboxRecord unarchive(const std::string& id, bool wait);
+    /// The progress of an archive or unarchive of `id` that runs now.
+    std::optional<ArchiveProgress> progress(const std::string& id);
+
     SandboxMetrics metrics(const std::string& id);
     /// The last `max_bytes` of the sandbox's console ("console") or VMM log ("vmm").
     std::string log(const std::string& id, const std::string& which, size_t max_bytes);
@@ -232,6 +253,20 @@ private:
     void boot_again(store::SandboxRecord& r);
     void check_snapshots();
 
+    // manager_archive.cpp.
+    void run_archive(const std::string& id, SandboxState before);
+    void run_unarchive(const std::string& id);
+    /// Packs the durable snapshot `work` into the archive `a` (committed) and records it ready.
+    void pack_into(const store::SandboxRecord& r, store::ArchiveRecord& a, const std::string& work);
+    /// The archive is committed: stops the VMM and records the sandbox archived.
+    void finish_archive(store::SandboxRecord r);
+    /// At start: settles archiving / unarchiving records a killed daemon left.
+    void recover_archives();
+    void set_progress(const std::string& id, const std::string& phase, uint64_t done, uint64_t total);
+    void clear_progress(const std::string& id);
+    /// Runs `work` on a background thread joined at destruction.
+    void start_job(std::function<void()> work);
+
     ManagerOptions options_;
     store::Store& store_;
     VmDriver vms_;
@@ -244,6 +279,12 @@ private:
     std::thread watcher_;
     IdleTracker idle_;
     int background_ = 0;  ///< reboot threads running (watch_mutex_); the destructor waits for them
+    archive::DirBlobStore blobs_;  ///< <state>/archives
+    store::ImagePins pins_;        ///< <state>/images
+    std::mutex progress_mutex_;
+    std::map<std::string, ArchiveProgress> progress_;
+    std::mutex jobs_mutex_;
+    std::vector<std::thread> jobs_;
 };
 
 /// A fresh random UUID (version 4), lowercase.

@@ -59,6 +59,7 @@ SnapshotRecord SandboxManager::snapshot(const std::string& sandbox_id, const Sna
     snap.memory_mb = r.memory_mb;
     snap.disable_internet = r.disable_internet;
     snap.image = r.image;
+    snap.image_digest = r.image_digest;
     snap.created_ms = store::now_ms();
     std::error_code ec;
     fs::create_directories(options_.state_dir + "/snapshots", ec);
@@ -121,6 +122,7 @@ SandboxRecord SandboxManager::restore(const std::string& snapshot_id, const Crea
     SandboxRecord r = new_record(shaped);
     r.disable_internet = snap.disable_internet;
     r.image = snap.image;
+    r.image_digest = snap.image_digest;
     r.snapshot_id = snap.id;
     reserve({r});
     return launch(std::move(r), snap.dir);
@@ -154,6 +156,7 @@ std::vector<ForkChild> SandboxManager::fork(const std::string& id, uint32_t n) {
             c.end_at_ms = c.created_ms + options_.default_timeout_s * 1000;
         }
         c.image = parent.image;
+        c.image_digest = parent.image_digest;
         c.parent_id = parent.id;
         c.labels = parent.labels;
         c.autosleep_s = parent.autosleep_s;

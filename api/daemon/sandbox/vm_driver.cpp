@@ -27,7 +27,8 @@ namespace {
 }  // namespace
 
 VmDriver::Started VmDriver::start(uint32_t cpus, uint32_t memory_mib, const std::string& image,
-                                  const std::string& restore_dir, const std::vector<std::string>& standby_sockets) {
+                                  const std::string& restore_dir, const std::vector<std::string>& standby_sockets,
+                                  const std::string& hostname) {
     vm::SandboxSpec spec;
     spec.run_dir = run_.root;
     spec.keep_dir = true;
@@ -37,6 +38,7 @@ VmDriver::Started VmDriver::start(uint32_t cpus, uint32_t memory_mib, const std:
     spec.image = image;
     spec.restore_dir = restore_dir;
     spec.standby_sockets = standby_sockets;
+    spec.hostname = hostname;
     try {
         const vm::StartedVm vm = vm::start_vm(spec, /*attached=*/false, -1);
         return Started{vm.paths.id, vm.paths.dir, vm.pid};

@@ -38,10 +38,11 @@ public:
     /// Boots a VM of `cpus` x `memory_mib` from root image `image` (a file), or with
     /// `restore_dir` restores that snapshot (offered first to the pre-made VMMs at
     /// `standby_sockets`, SandboxSpec::standby_sockets); returns once its agent
-    /// answers. No fork standbys. Throws ApiError vm_error with the reason (and the
-    /// guest console's last line for a guest that died booting).
+    /// answers, the guest's hostname set to `hostname` (the sandbox id; empty: the VM
+    /// layer's default). No fork standbys. Throws ApiError vm_error with the reason
+    /// (and the guest console's last line for a guest that died booting).
     Started start(uint32_t cpus, uint32_t memory_mib, const std::string& image, const std::string& restore_dir = "",
-                  const std::vector<std::string>& standby_sockets = {});
+                  const std::vector<std::string>& standby_sockets = {}, const std::string& hostname = "");
 
     /// One fork child: started, or why not.
     struct ForkChild {

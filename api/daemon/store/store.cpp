@@ -94,6 +94,29 @@ CREATE INDEX template_sandboxes_template ON template_sandboxes(template);
 ALTER TABLE sandboxes ADD COLUMN autosleep_s INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE sandboxes ADD COLUMN on_timeout TEXT NOT NULL DEFAULT 'delete';
 )sql",
+    // 4: pinned root images (store/image_pins.hpp) and the digest each sandbox and
+    // snapshot runs over; archives (store/archives.cpp).
+    R"sql(
+ALTER TABLE sandboxes ADD COLUMN image_digest TEXT NOT NULL DEFAULT '';
+ALTER TABLE snapshots ADD COLUMN image_digest TEXT NOT NULL DEFAULT '';
+CREATE TABLE image_sources (
+  path TEXT PRIMARY KEY,
+  dev INTEGER NOT NULL,
+  ino INTEGER NOT NULL,
+  bytes INTEGER NOT NULL,
+  mtime_ns INTEGER NOT NULL,
+  digest TEXT NOT NULL
+);
+CREATE TABLE archives (
+  sandbox_id TEXT PRIMARY KEY,
+  blob TEXT NOT NULL,
+  state TEXT NOT NULL,
+  image_digest TEXT NOT NULL DEFAULT '',
+  raw_bytes INTEGER NOT NULL DEFAULT 0,
+  compressed_bytes INTEGER NOT NULL DEFAULT 0,
+  created_ms INTEGER NOT NULL
+);
+)sql",
 };
 
 constexpr int kLatest = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
@@ -111,7 +134,7 @@ std::map<std::string, std::string> parse_labels(const std::string& text) {
 
 constexpr const char* kSandboxColumns =
     "id, vm_id, state, error, cpus, memory_mb, disable_internet, image, snapshot_id, parent_id, labels, timeout_s, "
-    "end_at_ms, created_ms, updated_ms, autosleep_s, on_timeout";
+    "end_at_ms, created_ms, updated_ms, autosleep_s, on_timeout, image_digest";
 
 SandboxRecord read_sandbox(const Statement& s) {
     SandboxRecord r;
@@ -132,11 +155,12 @@ SandboxRecord read_sandbox(const Statement& s) {
     r.updated_ms = s.integer(14);
     r.autosleep_s = s.integer(15);
     r.on_timeout = s.text(16);
+    r.image_digest = s.text(17);
     return r;
 }
 
 constexpr const char* kSnapshotColumns =
-    "id, sandbox_id, dir, state, durable, error, cpus, memory_mb, disable_internet, image, created_ms";
+    "id, sandbox_id, dir, state, durable, error, cpus, memory_mb, disable_internet, image, created_ms, image_digest";
 
 SnapshotRecord read_snapshot(const Statement& s) {
     SnapshotRecord r;
@@ -151,6 +175,7 @@ SnapshotRecord read_snapshot(const Statement& s) {
     r.disable_internet = s.integer(8) != 0;
     r.image = s.text(9);
     r.created_ms = s.integer(10);
+    r.image_digest = s.text(11);
     return r;
 }
 
@@ -206,7 +231,7 @@ int Store::schema_version() {
 
 void Store::put_sandbox(const SandboxRecord& r) {
     std::lock_guard lock(mutex_);
-    db_.prepare(fmt::format("INSERT OR REPLACE INTO sandboxes ({}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", kSandboxColumns))
+    db_.prepare(fmt::format("INSERT OR REPLACE INTO sandboxes ({}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", kSandboxColumns))
         .bind(1, r.id)
         .bind(2, r.vm_id)
         .bind(3, r.state)
@@ -224,6 +249,7 @@ void Store::put_sandbox(const SandboxRecord& r) {
         .bind(15, r.updated_ms)
         .bind(16, r.autosleep_s)
         .bind(17, r.on_timeout)
+        .bind(18, r.image_digest)
         .run();
 }
 
@@ -278,7 +304,7 @@ std::map<std::string, int64_t> Store::count_by_state() {
 
 void Store::put_snapshot(const SnapshotRecord& r) {
     std::lock_guard lock(mutex_);
-    db_.prepare(fmt::format("INSERT OR REPLACE INTO snapshots ({}) VALUES (?,?,?,?,?,?,?,?,?,?,?)", kSnapshotColumns))
+    db_.prepare(fmt::format("INSERT OR REPLACE INTO snapshots ({}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", kSnapshotColumns))
         .bind(1, r.id)
         .bind(2, r.sandbox_id)
         .bind(3, r.dir)
@@ -290,6 +316,7 @@ void Store::put_snapshot(const SnapshotRecord& r) {
         .bind(9, int64_t{r.disable_internet})
         .bind(10, r.image)
         .bind(11, r.created_ms)
+        .bind(12, r.image_digest)
         .run();
 }
 

@@ -49,6 +49,7 @@ struct SandboxRecord {
     int64_t updated_ms = 0;
     int64_t autosleep_s = 0;            ///< idle this long: put to sleep (0: never)
     std::string on_timeout = "delete";  ///< at end_at: "delete" or "archive"
+    std::string image_digest;  ///< SHA-256 of its pinned root image ("" before pinning)
 
     bool operator==(const SandboxRecord&) const = default;
 };
@@ -65,6 +66,7 @@ struct SnapshotRecord {
     bool disable_internet = false;
     std::string image;
     int64_t created_ms = 0;
+    std::string image_digest;  ///< SHA-256 of the pinned root image its disks read
 
     bool operator==(const SnapshotRecord&) const = default;
 };
@@ -90,6 +92,25 @@ struct TemplateRecord {
     int64_t uses = 0;         ///< creates from it
 
     bool operator==(const TemplateRecord&) const = default;
+};
+
+/// A sandbox's archive (sandbox/manager_archive.cpp): a blob in the archive store.
+struct ArchiveRecord {
+    std::string sandbox_id;
+    std::string blob;          ///< its name in the archive store (archive/blob_store.hpp)
+    std::string state;         ///< "writing" (not committed yet), "ready"
+    std::string image_digest;  ///< the pinned root image it runs over
+    int64_t raw_bytes = 0;         ///< payload before compression
+    int64_t compressed_bytes = 0;  ///< the blob's size
+    int64_t created_ms = 0;
+
+    bool operator==(const ArchiveRecord&) const = default;
+};
+
+/// A root image file as last seen (the digest cache of store/image_pins.hpp).
+struct ImageSource {
+    std::string path;  ///< canonical path
+    int64_t dev = 0, ino = 0, bytes = 0, mtime_ns = 0;
 };
 
 /// Which sandboxes list() returns: a state, a label, and a page after an id.
@@ -162,6 +183,18 @@ public:
     std::vector<DirRecord> dirs();
     /// The references of `from_dir`.
     std::vector<std::string> refs(const std::string& from_dir);
+
+    // Archives (store/archives.cpp).
+    void put_archive(const ArchiveRecord& record);  ///< insert or replace
+    std::optional<ArchiveRecord> archive(const std::string& sandbox_id);
+    std::vector<ArchiveRecord> archives();
+    void delete_archive(const std::string& sandbox_id);
+
+    // Pinned images (store/image_pins.cpp).
+    /// The digest recorded for `source` if the file is still the one seen then
+    /// (same path, device, inode, size and mtime).
+    std::optional<std::string> image_source_digest(const ImageSource& source);
+    void put_image_source(const ImageSource& source, const std::string& digest);
 
 private:
     void migrate();

@@ -1,0 +1,61 @@
+// A sandbox's snapshot as one self-contained archive (archive_format.hpp), and back.
+//
+// pack_snapshot reads a durable snapshot directory (snapshot/manifest.hpp) and
+// writes its images: "vm.state" (the file as it is), "memory" (the guest RAM read
+// through the memory layer chain, every page checked against its CRC; zero pages
+// left out) and "disk<i>" for each writable disk (its whole layer chain down to the
+// raw base, read through devices/virtio/blk/layered_disk.hpp; holes and zero blocks
+// left out). Nothing in the archive names another snapshot, a fork base or a
+// template: deleting those never harms it. The read-only root image is not copied:
+// the caller records its digest (the daemon's pinned images, store/image_pins.hpp).
+//
+// unpack_archive writes a snapshot directory a VMM restores: vm.state with each
+// writable disk's frozen layer renamed to its raw file "disk<i>.raw" (frozen_kind
+// raw) and the root image path replaced by `root_image`, a base "memory.layer" (no
+// parent), the sparse raw disks, and the manifest last (durable).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "api/daemon/archive/archive_format.hpp"
+#include "api/daemon/archive/blob_store.hpp"
+
+namespace nanovm::daemon::archive {
+
+/// Called with bytes done and bytes in all; may throw to stop the work.
+using ProgressFn = std::function<void(uint64_t done, uint64_t total)>;
+
+/// What pack_snapshot wrote.
+struct PackStats {
+    uint64_t raw_bytes = 0;         ///< payload bytes (non-zero RAM pages and disk blocks, vm.state)
+    uint64_t compressed_bytes = 0;  ///< the blob's size
+    int workers = 1;                ///< zstd worker threads
+    double ms = 0;
+};
+
+/// Packs the durable snapshot `dir` into `out` (not committed) with `info` as the
+/// archive's meta info. Throws SnapshotError (no manifest, a corrupt layer or
+/// page), Error (a disk chain that does not open), SysError, what `progress` throws.
+PackStats pack_snapshot(const std::string& dir, const nlohmann::json& info, BlobWriter& out, const ProgressFn& progress,
+                        ZstdOptions zstd = {});
+
+/// The root image file the snapshot `dir`'s VM ran over (its vm.state's config.image).
+/// Throws SnapshotError, SysError.
+std::string snapshot_root_image(const std::string& dir);
+
+/// Reads only the header's info of an archive. Throws ArchiveError, SysError.
+nlohmann::json archive_info(BlobReader& in, const std::string& name = "archive");
+
+/// Unpacks `in` into the snapshot directory `dir` (created; must not exist or be
+/// empty) over root image `root_image`; returns the archive's info. On failure the
+/// directory is left incomplete (no manifest) for the caller to remove. Throws
+/// ArchiveError (malformed, corrupt, truncated; an archive whose images are not a
+/// sandbox's), SnapshotError, SysError, what `progress` throws.
+nlohmann::json unpack_archive(BlobReader& in, const std::string& dir, const std::string& root_image,
+                              const ProgressFn& progress, const std::string& name = "archive");
+
+}  // namespace nanovm::daemon::archive

@@ -1,0 +1,62 @@
+// Pinned root images: the daemon keeps every root image it boots a sandbox from
+// under <state>/images/<sha256 hex of its bytes>, and starts VMMs over that file,
+// so every snapshot's vm.state, every archive and (later) every template names a
+// file that never changes. The cache's images (<cache>/rootfs/<name> ->
+// <name>-<key>/disk.ext4) are repointed by tools/rootfs/build when guest-init
+// changes, and only the last 3 are kept: a restore over the new one would run a
+// guest's page cache over a different disk.
+//
+// A pin is a hard link to the source file when it is on the state directory's file
+// system (tools/rootfs/build writes new files and renames directories, never
+// rewrites an image in place), else a reflink or sparse copy (vm::copy_sparse),
+// made as images/.<random>.partial, hashed (SHA-256 over the whole file, holes
+// as zeros; a copy is hashed in the same read that copies it), fsync'd, renamed to
+// its digest and the directory fsync'd. Two sources with the same bytes share one
+// pin. The digest of a source is cached in the store by (path, device, inode, size,
+// mtime), and beside the image as <image>.sha256 ("<digest> <bytes> <mtime ns>",
+// written when the image's directory is writable) by size and mtime: a daemon on
+// another state directory, or in the test host where the cache is read-only over 9p,
+// then copies without hashing (in the test host a first create took 47.6 s when it
+// hashed and copied the 495 MiB image).
+#pragma once
+
+#include <mutex>
+#include <string>
+
+#include "api/daemon/store/store.hpp"
+
+namespace nanovm::daemon::store {
+
+/// One pinned image.
+struct ImagePin {
+    std::string digest;  ///< 64 lower-case hex digits
+    std::string path;    ///< <images_dir>/<digest>
+};
+
+class ImagePins {
+public:
+    /// Pins go to `images_dir` (created if missing).
+    ImagePins(Store& store, std::string images_dir);
+
+    /// Pins the root image file `source` (a symlink is followed: the file it names
+    /// now is pinned). Thread-safe. Throws Error (not a regular file), SysError
+    /// (open, link, copy, read, fsync, rename; ENOSPC).
+    ImagePin pin(const std::string& source);
+    /// The pinned file of `digest`, or "" if there is none (an unknown or malformed digest).
+    std::string path_of(const std::string& digest) const;
+    const std::string& dir() const noexcept { return dir_; }
+
+private:
+    Store& store_;
+    std::string dir_;
+    std::mutex mutex_;
+};
+
+/// SHA-256 of the whole file `path` (holes read as zeros, not read), as 64
+/// lower-case hex digits. Throws SysError.
+std::string sha256_file(const std::string& path);
+
+/// True for 64 lower-case hex digits.
+bool is_digest(const std::string& text) noexcept;
+
+}  // namespace nanovm::daemon::store

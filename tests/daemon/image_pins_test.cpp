@@ -1,0 +1,112 @@
+// Pinned root images (api/daemon/store/image_pins.hpp): the digest is SHA-256 of the
+// whole file (sparse files included), two sources with the same bytes share one
+// pin, a repointed source gets a new pin while the old one stays, a pin survives
+// the removal of its source, and the digest cache survives a restart of the store.
+#include <catch2/catch.hpp>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "api/daemon/store/image_pins.hpp"
+#include "api/daemon/store/store.hpp"
+#include "tests/support/temp_dir.hpp"
+#include "vmm/fd.hpp"
+
+namespace {
+
+using namespace nanovm;
+using namespace nanovm::daemon::store;
+using nanovm::test::TempDir;
+namespace fs = std::filesystem;
+
+constexpr const char* kAbc = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";  // FIPS 180-2 B.1
+// hashlib.sha256(b'\0' * (3 << 20) + b'image two' + b'\0' * (1 << 20))
+constexpr const char* kSparse = "5adccdb01ed56472cd1ae0f0b5a6c57cd5fb5bda7bc1a4cb986aae4108cc4539";
+
+void write_file(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+
+std::string read_file(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+std::vector<std::string> names(const std::string& dir) {
+    std::vector<std::string> out;
+    for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("image pins: SHA-256 of whole files, holes included") {
+    TempDir tmp("pins");
+    write_file(tmp.file("abc"), "abc");
+    CHECK(sha256_file(tmp.file("abc")) == kAbc);
+    {
+        Fd fd(::open(tmp.file("sparse").c_str(), O_RDWR | O_CREAT, 0600));
+        REQUIRE(::pwrite(fd.get(), "image two", 9, 3 << 20) == 9);
+        REQUIRE(::ftruncate(fd.get(), (3 << 20) + 9 + (1 << 20)) == 0);
+    }
+    CHECK(sha256_file(tmp.file("sparse")) == kSparse);
+    CHECK(is_digest(kAbc));
+    CHECK_FALSE(is_digest("ABC"));
+    CHECK_FALSE(is_digest(std::string(64, 'g')));
+}
+
+TEST_CASE("image pins: two images with the same bytes share one pin; a repointed source gets its own") {
+    TempDir tmp("pins");
+    const std::string images = tmp.file("state/images");
+    fs::create_directories(tmp.file("cache/default-1"));
+    fs::create_directories(tmp.file("cache/other"));
+    fs::create_directories(tmp.file("state"));
+    write_file(tmp.file("cache/default-1/disk.ext4"), "abc");
+    write_file(tmp.file("cache/other/disk.ext4"), "abc");
+    fs::create_directory_symlink("default-1", tmp.file("cache/default"));
+    std::string first_path;
+    {
+        Store store(tmp.file("state/store.db"));
+        ImagePins pins(store, images);
+        const ImagePin a = pins.pin(tmp.file("cache/default/disk.ext4"));
+        const ImagePin b = pins.pin(tmp.file("cache/other/disk.ext4"));
+        CHECK(a.digest == kAbc);
+        CHECK(b.digest == kAbc);
+        CHECK(a.path == images + "/" + kAbc);
+        CHECK(b.path == a.path);
+        CHECK(names(images) == std::vector<std::string>{kAbc});  // one file, no partial left
+        // The digest cache beside the image: digest, size, mtime.
+        CHECK(read_file(tmp.file("cache/default-1/disk.ext4.sha256")).rfind(std::string(kAbc) + " 3 ", 0) == 0);
+        CHECK(pins.path_of(kAbc) == a.path);
+        CHECK(pins.path_of(std::string(64, '0')).empty());
+        CHECK(pins.path_of("../store.db").empty());
+        first_path = a.path;
+
+        // tools/rootfs/build repoints the name at a new image: a new pin; the old stays as it was.
+        fs::create_directories(tmp.file("cache/default-2"));
+        write_file(tmp.file("cache/default-2/disk.ext4"), "another image");
+        fs::remove(tmp.file("cache/default"));
+        fs::create_directory_symlink("default-2", tmp.file("cache/default"));
+        const ImagePin c = pins.pin(tmp.file("cache/default/disk.ext4"));
+        CHECK(c.digest != kAbc);
+        CHECK(read_file(c.path) == "another image");
+        CHECK(read_file(first_path) == "abc");
+        CHECK(names(images).size() == 2);
+    }
+    // The old image's directory goes (the cache keeps 3): the pin keeps its bytes.
+    fs::remove_all(tmp.file("cache/default-1"));
+    CHECK(read_file(first_path) == "abc");
+    // A new store on the same state: the cached digest is used, the pin found.
+    Store store(tmp.file("state/store.db"));
+    ImagePins pins(store, images);
+    CHECK(store.image_source_digest(ImageSource{fs::canonical(tmp.file("cache/other/disk.ext4")).string(), 0, 0, 0, 0}) ==
+          std::nullopt);  // identity must match, not just the path
+    const ImagePin again = pins.pin(tmp.file("cache/other/disk.ext4"));
+    CHECK(again.digest == kAbc);
+    CHECK(names(images).size() == 2);
+    CHECK_THROWS_WITH(pins.pin(tmp.file("cache/missing")), Catch::Contains("root image"));
+    CHECK_THROWS_WITH(pins.pin(tmp.file("cache")), Catch::Contains("not a regular file"));
+}

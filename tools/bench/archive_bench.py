@@ -1,0 +1,94 @@
+"""The archive part of tools/bench/run api: through nanovmd's API, a sandbox with
+FILL_MIB MiB of random bytes written to a file of its disk (/work/fill, synced; the
+guest's page cache keeps what fits), archived (POST .../archive, wait) and unarchived
+(POST .../unarchive, wait) --archive-rounds times. Reports p50/p99 of each
+(nanovm_api_archive_ms, nanovm_api_unarchive_ms), and from the daemon's log line of
+each archive the bytes packed, the blob's size and the zstd throughput
+(nanovm_archive_zstd_mb_s: packed bytes / packing time, median; the packing reads the
+snapshot's RAM and disk layers and compresses them with libzstd's worker threads)."""
+import http.client
+import json
+import re
+import socket
+import statistics
+import time
+
+
+class _UnixHTTP(http.client.HTTPConnection):
+    def __init__(self, path, timeout):
+        super().__init__("nanovm", timeout=timeout)
+        self.path_ = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.path_)
+
+
+def _post(sock, target, body, timeout=3600):
+    c = _UnixHTTP(sock, timeout)
+    c.request("POST", target, body=json.dumps(body), headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    if r.status not in (200, 201):
+        raise RuntimeError(f"POST {target}: {r.status} {data[:300]!r}")
+    return json.loads(data) if data else {}
+
+
+def _quantile(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+LOG_LINE = re.compile(r"archived (\d+) MiB into (\d+) MiB \(.*?, (\d+) zstd workers\) in (\d+) ms \(([\d.]+) MB/s\)")
+
+
+def run(sock, daemon_log, rounds, cpus, memory, fill_mib=256):
+    sid = _post(sock, "/v1/sandboxes", {"cpus": cpus, "memory_mb": memory}, timeout=600)["id"]
+    t0 = time.time()
+    filled = _post(sock, f"/v1/sandboxes/{sid}/exec",
+                   {"cmd": f"head -c {fill_mib}M /dev/urandom > /work/fill && sync && stat -c %s /work/fill",
+                    "timeout_s": 3600})
+    fill_s = time.time() - t0
+    if filled.get("stdout", "").strip() != str(fill_mib << 20):
+        raise RuntimeError(f"filling the sandbox: {filled}")
+    archive_ms, unarchive_ms = [], []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        a = _post(sock, f"/v1/sandboxes/{sid}/archive", {"wait": True})
+        archive_ms.append((time.perf_counter() - t0) * 1000)
+        t0 = time.perf_counter()
+        u = _post(sock, f"/v1/sandboxes/{sid}/unarchive", {"wait": True})
+        unarchive_ms.append((time.perf_counter() - t0) * 1000)
+        if a.get("state") != "archived" or u.get("state") != "running":
+            raise RuntimeError(f"archive -> {a.get('state')}, unarchive -> {u.get('state')}")
+    size = _post(sock, f"/v1/sandboxes/{sid}/exec", {"cmd": "stat -c %s /work/fill"}).get("stdout", "").strip()
+    if size != str(fill_mib << 20):
+        raise RuntimeError(f"/work/fill after the rounds: {size!r}")
+    with open(daemon_log, errors="replace") as f:
+        packs = [m.groups() for m in LOG_LINE.finditer(f.read())][-rounds:]
+    out = {
+        "archive_rounds": rounds,
+        "archive_fill_mib": fill_mib,
+        "archive_fill_s": round(fill_s, 1),
+        "nanovm_api_archive_ms": round(statistics.median(archive_ms), 1),
+        "nanovm_api_archive_p99_ms": round(_quantile(archive_ms, 0.99), 1),
+        "nanovm_api_unarchive_ms": round(statistics.median(unarchive_ms), 1),
+        "nanovm_api_unarchive_p99_ms": round(_quantile(unarchive_ms, 0.99), 1),
+    }
+    if packs:
+        out["archive_packed_mib"] = int(statistics.median(int(p[0]) for p in packs))
+        out["archive_blob_mib"] = int(statistics.median(int(p[1]) for p in packs))
+        out["archive_zstd_workers"] = int(packs[-1][2])
+        out["archive_pack_ms"] = int(statistics.median(int(p[3]) for p in packs))
+        out["nanovm_archive_zstd_mb_s"] = round(statistics.median(float(p[4]) for p in packs), 1)
+    print(f"archive   {out['nanovm_api_archive_ms']:10.1f} {out['nanovm_api_archive_p99_ms']:10.1f}   "
+          f"({fill_mib} MiB written; packed {out.get('archive_packed_mib')} MiB into {out.get('archive_blob_mib')} MiB, "
+          f"zstd {out.get('nanovm_archive_zstd_mb_s')} MB/s with {out.get('archive_zstd_workers')} workers)")
+    print(f"unarchive {out['nanovm_api_unarchive_ms']:10.1f} {out['nanovm_api_unarchive_p99_ms']:10.1f}")
+    c = _UnixHTTP(sock, 120)
+    c.request("DELETE", f"/v1/sandboxes/{sid}")
+    c.getresponse().read()
+    c.close()
+    return out
