@@ -62,8 +62,8 @@ TemplateManager::TemplateManager(TemplateOptions options, store::Store& store)
 
 TemplateManager::~TemplateManager() {
     stopping_ = true;
-    for (std::thread& t : builds_)
-        if (t.joinable()) t.join();
+    for (Build& b : builds_)
+        if (b.thread.joinable()) b.thread.join();
 }
 
 std::string TemplateManager::new_dir() const {
@@ -78,6 +78,7 @@ void TemplateManager::recover() {
     for (TemplateRecord t : store_.templates()) {
         if (t.state != "building") continue;
         if (!t.snapshot_id.empty()) {
+            std::lock_guard lock(mutex_);
             start_build(t);  // it only waits for its snapshot
         } else if (t.implicit) {
             log_line(fmt::format("template {}: its build was cut short: the next create builds it again", t.name));
@@ -165,8 +166,21 @@ TemplateRecord TemplateManager::create(const NewTemplate& request) {
 }
 
 void TemplateManager::start_build(TemplateRecord t) {
+    for (auto it = builds_.begin(); it != builds_.end();) {
+        if (!*it->done) {
+            ++it;
+            continue;
+        }
+        it->thread.join();
+        it = builds_.erase(it);
+    }
     if (t.snapshot_id.empty()) building_memory_ += t.memory_mb;
-    builds_.emplace_back([this, t] { build(t); });
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    builds_.push_back(Build{std::thread([this, t, done] {
+                                build(t);
+                                *done = true;
+                            }),
+                            done});
 }
 
 void TemplateManager::build(TemplateRecord t) {

@@ -32,6 +32,7 @@
 #include <chrono>
 #include <cstdint>
 #include <list>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -135,7 +136,7 @@ public:
 private:
     store::TemplateRecord must_get(const std::string& name);
     TemplateUse ready_use(store::TemplateRecord t);
-    /// Starts the build of `t` (state building) on its own thread.
+    /// Starts the build of `t` (state building) on its own thread. Call with mutex_ held.
     void start_build(store::TemplateRecord t);
     void build(store::TemplateRecord t);
     /// Boots, runs the setup lines, snapshots; returns "" or why it failed.
@@ -153,7 +154,12 @@ private:
     std::mutex mutex_;  ///< check-and-start of builds; building_memory_
     int64_t building_memory_ = 0;
     std::atomic<bool> stopping_{false};
-    std::list<std::thread> builds_;
+    /// Build threads (under mutex_): a finished one is joined when the next starts.
+    struct Build {
+        std::thread thread;
+        std::shared_ptr<std::atomic<bool>> done;
+    };
+    std::list<Build> builds_;
 };
 
 }  // namespace nanovm::daemon
