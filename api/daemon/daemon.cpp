@@ -121,6 +121,12 @@ CLI::App* add_daemon_command(CLI::App& app, DaemonOptions& o) {
         ->type_name("N")
         ->check(CLI::Range(0u, 8u).description(""))
         ->capture_default_str();
+    cmd->add_option("--warm", o.warm,
+                    "VMs restored from used templates ahead of the next creates, which take them instead of "
+                    "restoring (their memory counts against --max-memory); 0: none")
+        ->type_name("N")
+        ->check(CLI::Range(0u, 16u).description(""))
+        ->capture_default_str();
     return cmd;
 }
 
@@ -167,6 +173,7 @@ int run_daemon(const DaemonOptions& given) {
         template_options.state_dir = state;
         template_options.max_implicit = options.max_implicit_templates;
         template_options.max_standbys = options.standbys;
+        template_options.max_warm = options.warm;
         TemplateManager templates(template_options, store);
         templates.recover();
         manager_options.default_autosleep_s = options.default_autosleep_s;

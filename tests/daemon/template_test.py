@@ -99,7 +99,7 @@ def run():
         tap.ok(code == 0, f"SIGTERM: exit 0 ({code})", d.stderr()[-2000:])
         d.cleanup()
 
-    capped = Daemon(nanovm, args=["--max-memory", "300"]).start()
+    capped = Daemon(nanovm, args=["--max-memory", "300", "--warm", "1", "--standbys", "2"]).start()
     try:
         a = capped.post("/v1/sandboxes", {"memory_mb": 512})
         tap.ok(a.status == 503 and a.code() == "over_capacity" and capped.get("/v1/templates").json()["templates"] == [],

@@ -156,12 +156,14 @@ def main():
     ap.add_argument("--cpus", type=int, default=1)
     ap.add_argument("--memory", type=int, default=256)
     ap.add_argument("--standbys", type=int, default=1, help="the daemon's --standbys")
+    ap.add_argument("--warm", type=int, default=0, help="the daemon's --warm (VMs restored ahead of creates)")
     a = ap.parse_args()
     scratch = os.environ.get("NANOVM_SCRATCH") or tempfile.mkdtemp(prefix="nanovm-lifecycle-")
     state = tempfile.mkdtemp(prefix="lc.", dir=scratch)  # short: the sockets' sun_path
     sock = os.path.join(state, "nanovmd.sock")
     log = open(os.path.join(state, "daemon.log"), "wb")
-    daemon = subprocess.Popen([a.nanovm, "daemon", "--state-dir", state, "--standbys", str(a.standbys)],
+    daemon = subprocess.Popen([a.nanovm, "daemon", "--state-dir", state, "--standbys", str(a.standbys),
+                               "--warm", str(a.warm)],
                               stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     samples = {name: [] for name, _ in OPS}
     samples["cold_boot"] = []
@@ -200,8 +202,9 @@ def main():
         daemon.wait(60)
 
     out = {"case": "lifecycle", "where": a.where, "rounds": a.rounds, "cpus": a.cpus, "memory_mib": a.memory,
-           "standbys": a.standbys, "template_build_s": round(build_s, 1)}
-    print(f"lifecycle benchmark ({a.where}, {a.rounds} rounds, {a.cpus} vCPU / {a.memory} MiB; the template "
+           "standbys": a.standbys, "warm": a.warm, "template_build_s": round(build_s, 1)}
+    print(f"lifecycle benchmark ({a.where}, {a.rounds} rounds, {a.cpus} vCPU / {a.memory} MiB, --standbys "
+          f"{a.standbys} --warm {a.warm}; the template "
           f"took {build_s:.1f} s to build, not timed)")
     print(f"{'operation':<34}{'p50 ms':>10}{'p99 ms':>10}")
     for name, v in samples.items():

@@ -217,6 +217,15 @@ SandboxRecord SandboxManager::create_from_template(const TemplateUse& from, cons
     r.image = from.image;
     reserve({r});
     templates_->made_sandbox(from.name, r.id);
+    if (const auto warm = templates_->take_warm(from.name)) {
+        // A VM restored from the template ahead (template_manager.hpp "Warm VMs").
+        const auto s = slot(r.id);
+        std::lock_guard op(s->op);
+        r.vm_id = warm->vm_id;
+        set_state(r, SandboxState::running);
+        store_.add_dir(warm->dir, "vm", r.id);  // its owner now (its references stay)
+        return r;
+    }
     return launch(std::move(r), from.restore_dir, from.standby_sockets);
 }
 

@@ -62,8 +62,76 @@ TemplateManager::TemplateManager(TemplateOptions options, store::Store& store)
 
 TemplateManager::~TemplateManager() {
     stopping_ = true;
-    for (std::thread& t : builds_)
-        if (t.joinable()) t.join();
+    for (Build& b : builds_)
+        if (b.thread.joinable()) b.thread.join();
+    for (auto& [name, vms] : warm_)
+        for (const VmDriver::Started& vm : vms) stop_warm(vm);
+}
+
+void TemplateManager::start_thread(std::function<void()> fn) {
+    for (auto it = builds_.begin(); it != builds_.end();) {
+        if (!*it->done) {
+            ++it;
+            continue;
+        }
+        it->thread.join();
+        it = builds_.erase(it);
+    }
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    builds_.push_back(Build{std::thread([fn = std::move(fn), done] {
+                                fn();
+                                *done = true;
+                            }),
+                            done});
+}
+
+void TemplateManager::stop_warm(const VmDriver::Started& vm) {
+    vms_.stop(vm.vm_id);
+    if (vm.pid > 0) ::waitpid(vm.pid, nullptr, WNOHANG);
+    store::release_and_collect(store_, vm.dir);
+}
+
+void TemplateManager::refill_warm(const TemplateRecord& t) {
+    size_t have = warming_;
+    for (const auto& [name, vms] : warm_) have += vms.size();
+    if (have >= options_.max_warm || stopping_) return;
+    ++warming_;
+    warm_memory_[t.name] = t.memory_mb;
+    start_thread([this, t] {
+        std::optional<VmDriver::Started> vm;
+        try {
+            vm = vms_.start(static_cast<uint32_t>(t.cpus), static_cast<uint32_t>(t.memory_mb), "", t.restore_dir,
+                            pool_.sockets(static_cast<uint32_t>(t.cpus), static_cast<uint32_t>(t.memory_mb)));
+            store::track_dir(store_, vm->dir, "vm", "warm:" + t.name);
+        } catch (const std::exception& e) {
+            log_line(fmt::format("template {}: a warm VM did not start: {}", t.name, e.what()));
+        }
+        std::lock_guard lock(mutex_);
+        --warming_;
+        if (!vm) return;
+        const auto now = store_.template_record(t.name);
+        if (stopping_ || !now || now->dir != t.dir) {
+            stop_warm(*vm);  // deleted meanwhile
+            return;
+        }
+        warm_[t.name].push_back(*vm);
+    });
+}
+
+std::optional<VmDriver::Started> TemplateManager::take_warm(const std::string& name) {
+    std::lock_guard lock(mutex_);
+    auto it = warm_.find(name);
+    while (it != warm_.end() && !it->second.empty()) {
+        const VmDriver::Started vm = it->second.front();
+        it->second.erase(it->second.begin());
+        if (vms_.alive(vm.vm_id)) {
+            if (auto t = store_.template_record(name); t && t->state == "ready") refill_warm(*t);
+            return vm;
+        }
+        log_line(fmt::format("template {}: warm VM {} ended: {}", name, vm.vm_id, vms_.end_reason(vm.vm_id)));
+        stop_warm(vm);
+    }
+    return std::nullopt;
 }
 
 std::string TemplateManager::new_dir() const {
@@ -78,6 +146,7 @@ void TemplateManager::recover() {
     for (TemplateRecord t : store_.templates()) {
         if (t.state != "building") continue;
         if (!t.snapshot_id.empty()) {
+            std::lock_guard lock(mutex_);
             start_build(t);  // it only waits for its snapshot
         } else if (t.implicit) {
             log_line(fmt::format("template {}: its build was cut short: the next create builds it again", t.name));
@@ -89,9 +158,10 @@ void TemplateManager::recover() {
             store_.put_template(t);
         }
     }
-    // Build VMs of a previous daemon: stopped, their directories released.
+    // Build VMs and warm VMs of a previous daemon: stopped, their directories released.
     for (const store::DirRecord& d : store_.dirs()) {
-        if (d.kind != "vm" || d.released || d.owner.rfind("template:", 0) != 0) continue;
+        if (d.kind != "vm" || d.released || (d.owner.rfind("template:", 0) != 0 && d.owner.rfind("warm:", 0) != 0))
+            continue;
         vms_.stop(fs::path(d.path).filename().string());
         store::release_and_collect(store_, d.path);
     }
@@ -166,7 +236,7 @@ TemplateRecord TemplateManager::create(const NewTemplate& request) {
 
 void TemplateManager::start_build(TemplateRecord t) {
     if (t.snapshot_id.empty()) building_memory_ += t.memory_mb;
-    builds_.emplace_back([this, t] { build(t); });
+    start_thread([this, t] { build(t); });
 }
 
 void TemplateManager::build(TemplateRecord t) {
@@ -258,6 +328,7 @@ TemplateUse TemplateManager::ready_use(TemplateRecord t) {
     TemplateUse u{t.name, t.restore_dir, t.image, static_cast<uint32_t>(t.cpus), static_cast<uint32_t>(t.memory_mb), {}};
     u.standby_sockets = pool_.sockets(u.cpus, u.memory_mb);
     pool_.note_use(u.cpus, u.memory_mb);
+    refill_warm(t);
     return u;
 }
 
@@ -330,6 +401,10 @@ void TemplateManager::remove(const std::string& name, bool force) {
 }
 
 void TemplateManager::drop(const TemplateRecord& t) {
+    if (auto it = warm_.find(t.name); it != warm_.end()) {
+        for (const VmDriver::Started& vm : it->second) stop_warm(vm);
+        warm_.erase(it);
+    }
     store_.delete_template(t.name);
     if (!t.dir.empty()) store::release_and_collect(store_, t.dir);
 }
@@ -359,7 +434,12 @@ int64_t TemplateManager::held_memory_mb() {
         std::lock_guard lock(mutex_);
         building = building_memory_;
     }
-    return building + pool_.memory_mb();
+    int64_t warm = 0;
+    {
+        std::lock_guard lock(mutex_);
+        for (const auto& [name, vms] : warm_) warm += static_cast<int64_t>(vms.size()) * warm_memory_[name];
+    }
+    return building + warm + pool_.memory_mb();
 }
 
 }  // namespace nanovm::daemon

@@ -25,13 +25,22 @@
 // The build VM is a VM directory of the store too (owner "template:<name>"),
 // released once the snapshot is taken.
 //
+// Warm VMs (--warm N, default 0): after a create restores a template, another VM is
+// restored from it in the background (up to N in all) and kept running; the next
+// create from that template takes it instead of restoring (its own VM: its own
+// hostname, RNG reseeded and clock set at its restore). Their memory counts like
+// the standbys'. A deleted template's warm VMs are stopped; so are all at exit.
+//
 // Thread-safe. Builds run on their own threads; the destructor waits for them.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <list>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -50,6 +59,7 @@ struct TemplateOptions {
     std::string state_dir;
     uint32_t max_implicit = 4;  ///< implicit templates kept (LRU); 0: creates boot cold
     uint32_t max_standbys = 1;  ///< pre-made VMMs (one per most used shape); 0: none
+    uint32_t max_warm = 0;      ///< templates' VMs restored ahead for the next creates (all templates); 0: none
     std::chrono::seconds setup_timeout{600};  ///< each setup line at most
 };
 
@@ -125,6 +135,10 @@ public:
     std::optional<TemplateUse> use_implicit(const std::string& image, uint32_t cpus, uint32_t memory_mb);
     /// Records that sandbox `sandbox_id` was made from template `name`.
     void made_sandbox(const std::string& name, const std::string& sandbox_id);
+    /// A warm VM of template `name` (running, its agent answering), now the caller's
+    /// (its directory is recorded with owner "warm:<name>": re-own it); nullopt if
+    /// none is ready.
+    std::optional<VmDriver::Started> take_warm(const std::string& name);
 
     /// Guest memory held by template work outside sandboxes (build VMs and pooled
     /// standbys), MiB: the sandbox manager counts it against --max-memory.
@@ -135,7 +149,7 @@ public:
 private:
     store::TemplateRecord must_get(const std::string& name);
     TemplateUse ready_use(store::TemplateRecord t);
-    /// Starts the build of `t` (state building) on its own thread.
+    /// Starts the build of `t` (state building) on its own thread. Call with mutex_ held.
     void start_build(store::TemplateRecord t);
     void build(store::TemplateRecord t);
     /// Boots, runs the setup lines, snapshots; returns "" or why it failed.
@@ -144,6 +158,11 @@ private:
     /// one that is building or has sandboxes).
     void collect_implicit();
     void drop(const store::TemplateRecord& t);
+    /// Restores one more warm VM of `t` in the background if under --warm. mutex_ held.
+    void refill_warm(const store::TemplateRecord& t);
+    void stop_warm(const VmDriver::Started& vm);
+    /// Runs `fn` on a new thread of builds_ (joined when finished). mutex_ held.
+    void start_thread(std::function<void()> fn);
     std::string new_dir() const;
 
     TemplateOptions options_;
@@ -153,7 +172,15 @@ private:
     std::mutex mutex_;  ///< check-and-start of builds; building_memory_
     int64_t building_memory_ = 0;
     std::atomic<bool> stopping_{false};
-    std::list<std::thread> builds_;
+    /// Build threads (under mutex_): a finished one is joined when the next starts.
+    struct Build {
+        std::thread thread;
+        std::shared_ptr<std::atomic<bool>> done;
+    };
+    std::list<Build> builds_;
+    std::map<std::string, std::vector<VmDriver::Started>> warm_;  ///< template name -> ready VMs (mutex_)
+    std::map<std::string, int64_t> warm_memory_;                   ///< template name -> memory_mb of one
+    uint32_t warming_ = 0;                                         ///< restores under way (mutex_)
 };
 
 }  // namespace nanovm::daemon
