@@ -52,7 +52,8 @@ class LithosBoxError(Exception):
     def __new__(cls, *args: Any, **kwargs: Any) -> "LithosBoxError":
         # One argument for the builtin bases: OSError (ConnectionError, TimeoutError...)
         # would read (message, code, status) as (errno, strerror, filename).
-        return super().__new__(cls, args[0] if args else "")  # type: ignore[call-arg]
+        base = OSError if issubclass(cls, OSError) else Exception
+        return base.__new__(cls, args[0] if args else "")  # type: ignore[return-value]
 
     def __init__(self, message: str, code: str = "error", status: int = 0) -> None:
         super().__init__(message)

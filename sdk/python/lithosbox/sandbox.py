@@ -382,7 +382,7 @@ class Sandboxes:
                 if left <= 0:
                     e.message += f" (waited {self._box.template_wait:.0f} s: the client's template_wait)"
                     raise
-                time.sleep(min(left, max(0.2, e.retry_after or 1.0)))
+                time.sleep(min(left, max(0.2, 1.0 if e.retry_after is None else e.retry_after)))
 
     def get(self, sandbox_id: str) -> Sandbox:
         """A sandbox by id (e.g. from another script). Raises SandboxNotFoundError."""
