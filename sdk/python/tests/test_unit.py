@@ -563,6 +563,33 @@ class TcpTest(FakeCase):
             self.box.sandboxes.get(SID)
 
 
+class SurfaceTest(unittest.TestCase):
+    """Every public name has a docstring, and docs/python.md names every public method."""
+
+    def test_docstrings_and_docs(self):
+        import inspect
+        docs_path = os.path.join(HERE, "..", "..", "..", "docs", "python.md")
+        docs = None
+        if os.path.exists(docs_path):  # (absent from an installed copy of the tests)
+            with open(docs_path, encoding="utf-8") as f:
+                docs = f.read()
+        missing = []
+        for name in lithosbox.__all__:
+            obj = getattr(lithosbox, name)
+            self.assertTrue(inspect.getdoc(obj), name)
+            if docs is not None and f"`{name}" not in docs:
+                missing.append(name)
+            if not inspect.isclass(obj) or issubclass(obj, BaseException):
+                continue
+            for attr, member in vars(obj).items():
+                if attr.startswith("_") or not callable(member):
+                    continue
+                self.assertTrue(inspect.getdoc(member), f"{name}.{attr} has no docstring")
+                if docs is not None and f"{attr}(" not in docs:
+                    missing.append(f"{name}.{attr}")
+        self.assertEqual(missing, [], "public names docs/python.md does not name")
+
+
 class DiscoveryTest(unittest.TestCase):
     def test_no_daemon_on_the_socket(self):
         path = free_socket_path()
