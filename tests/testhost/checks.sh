@@ -29,6 +29,19 @@ not_ok() { n=$((n + 1)); failed=$((failed + 1)); echo "not ok $n - $*"; }
 check()  { local name=$1; shift; if "$@"; then ok "$name"; else not_ok "$name"; fi; }
 # Shows the tail of a file as TAP diagnostics.
 diag()   { sed 's/^/# /' "$1" | tail -n "${2:-25}"; }
+# Passes another TAP file's checks on under this script's numbering (names prefixed
+# with $2, a SKIP directive kept); its comments and Bail out! lines as comments.
+relay_tap() {
+  local line
+  while IFS= read -r line; do
+    case $line in
+      "ok "*) ok "${2:-}${line#ok * - }" ;;
+      "not ok "*) not_ok "${2:-}${line#not ok * - }" ;;
+      "#"*) echo "$line" ;;
+      "Bail out!"*) echo "# ${line}" ;;
+    esac
+  done <"$1"
+}
 
 # boot_guest NAME ARGS... : runs nanovm boot with the console in $work/NAME.console,
 # stderr in $work/NAME.err; sets $status.

@@ -12,13 +12,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 for t in daemon_test seed_usage_test; do
   timeout 200 "$root/tools/testhost/with-daemon" -- python3 "$root/sdk/python/tests/$t.py" >"$sd/$t.tap" 2>"$sd/$t.stderr"
   st=$?
-  while IFS= read -r line; do
-    case $line in
-      "ok "*) ok "$t: ${line#ok * - }" ;;
-      "not ok "*) not_ok "$t: ${line#not ok * - }" ;;
-      "#"*) echo "$line" ;;
-    esac
-  done <"$sd/$t.tap"
+  relay_tap "$sd/$t.tap" "$t: "
   if [ "$st" != 0 ] && ! grep -q '^not ok ' "$sd/$t.tap"; then
     not_ok "$t ended with status $st (124: its 200 s ran out)"; diag "$sd/$t.stderr" 30
   elif [ "$st" != 0 ]; then
