@@ -25,7 +25,9 @@ from .sessions import Session
 from .snapshots import Snapshot, Snapshots
 from .templates import Template, Templates
 
-TimeoutError = LithosBoxTimeoutError  # noqa: A001  (the issue's "timeout" class, by its short name)
+# The timeout class by a short name, as lithosbox.TimeoutError (kept out of __all__:
+# a star import must not shadow the builtin TimeoutError, of which it is a subclass).
+TimeoutError = LithosBoxTimeoutError  # noqa: A001
 
 __version__ = "0.1.0"
 
@@ -37,6 +39,6 @@ __all__ = [
     "PathNotFoundError", "SessionNotFoundError", "CommandNotFoundError", "TemplateNotFoundError",
     "WrongStateError", "SandboxPausedError", "SandboxArchivedError", "PathConflictError",
     "FileTooLargeError", "OverCapacityError", "BusyError", "TemplateBuildingError", "VMError",
-    "DiskFullError", "InternalError", "LithosBoxTimeoutError", "TimeoutError", "ForkError",
+    "DiskFullError", "InternalError", "LithosBoxTimeoutError", "ForkError",
     "CommandFailedError", "CommandTimedOutError",
 ]

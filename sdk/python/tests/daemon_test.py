@@ -119,6 +119,15 @@ def main() -> int:
             return equal(f.read_to("/work/big", sink), len(big)) and sink.getvalue() == big
         t.check("files.write_from / read_to a 3 MiB file over file objects", streamed_files)
 
+        def chunked_upload():
+            r, w = os.pipe()
+            with os.fdopen(r, "rb") as reader:
+                with os.fdopen(w, "wb") as writer:
+                    writer.write(big[:60000])  # fits the pipe: no writer thread needed
+                return equal(f.write_from("/work/piped", reader).size, 60000) and \
+                    equal(f.read_bytes("/work/piped"), big[:60000])
+        t.check("files.write_from a pipe (size unknown: sent chunked)", chunked_upload)
+
         # --- pause, resume ---
         def paused():
             equal(sb.pause().state, "paused")
