@@ -251,6 +251,8 @@ _BY_CODE: Dict[str, Type[LithosBoxError]] = {
     "wrong_state": WrongStateError,
     "sandbox_paused": SandboxPausedError,
     "sandbox_archived": SandboxArchivedError,
+    "template_exists": WrongStateError,
+    "template_in_use": WrongStateError,
     "path_conflict": PathConflictError,
     "body_too_large": FileTooLargeError,
     "file_too_large": FileTooLargeError,

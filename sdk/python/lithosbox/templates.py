@@ -1,13 +1,15 @@
 """Templates: a named starting environment (an image, a shape, setup lines) built once
 and checkpointed, so that sandboxes created from it restore instead of booting.
 
-Routes (the session's API contract, HELPERS.md): ``POST /v1/templates`` ``{name,
-image?, cpus?, memory_mb?, snapshot_id?, setup?}`` -> 202 ``{"name", "state"
+Routes (docs/api.md "Templates"): ``POST /v1/templates`` ``{name, image?, cpus?,
+memory_mb?, snapshot_id?, setup?}`` -> 202 Template ``{"name", "state"
 (building|ready|failed), "error", "image", "image_digest", "cpus", "memory_mb",
-"created_at"}``; ``GET /v1/templates[/{name}]``; ``DELETE /v1/templates/{name}?force=``.
-A sandbox created from a template that is still building gets 503
-``template_building`` with ``Retry-After`` (the client waits that out). A missing
-template is 404 ``template_not_found``.
+"snapshot_id", "setup", "implicit", "uses", "created_at", "last_used_at"}``;
+``GET /v1/templates[/{name}]``; ``DELETE /v1/templates/{name}?force=``. A sandbox
+created from a template that is still building (also the first create of an image and
+shape: its implicit template) gets 503 ``template_building`` with ``Retry-After`` (the
+client waits that out). 404 ``template_not_found``; 409 ``template_exists``,
+``template_in_use``.
 """
 
 import time
@@ -37,7 +39,10 @@ class Template:
         error: why it failed, or None.
         image, image_digest: the image it was made from.
         cpus, memory_mb: the shape its sandboxes get.
-        created_at: RFC 3339 UTC.
+        snapshot_id: the snapshot it restores; setup: the shell lines run in its build.
+        implicit: True for the daemon's own ``auto:IMAGE:CPUSxMiB`` templates (made by
+            creates with an image and shape).
+        uses: sandboxes made from it; created_at, last_used_at: RFC 3339 UTC.
     """
 
     def __init__(self, box: "LithosBox", data: Mapping[str, Any]) -> None:
@@ -53,7 +58,12 @@ class Template:
         self.image_digest: Optional[str] = d.get("image_digest")
         self.cpus: Optional[int] = d.get("cpus")
         self.memory_mb: Optional[int] = d.get("memory_mb")
+        self.snapshot_id: Optional[str] = d.get("snapshot_id")
+        self.setup: List[str] = list(d.get("setup") or [])
+        self.implicit: bool = bool(d.get("implicit"))
+        self.uses: int = int(d.get("uses") or 0)
         self.created_at: Optional[str] = d.get("created_at")
+        self.last_used_at: Optional[str] = d.get("last_used_at")
 
     def refresh(self) -> "Template":
         """Reads it again. Raises TemplateNotFoundError."""
@@ -104,8 +114,9 @@ class Templates:
             snapshot_id: make it from this snapshot instead of booting an image.
             setup: shell lines run once in the build (their effects are kept).
             wait: answer only once it is ready (up to ``timeout`` seconds).
-        Raises: InvalidRequestError (a bad name, image or shape), WrongStateError (the
-            name is taken), LithosBoxTimeoutError, LithosBoxError (``template_failed``).
+        Raises: InvalidRequestError (a bad name, image or shape), WrongStateError
+            (``template_exists``: the name is taken), SnapshotNotFoundError,
+            LithosBoxTimeoutError, LithosBoxError (``template_failed``).
         """
         body: Dict[str, Any] = {"name": name}
         for key, value in (("image", image), ("cpus", cpus), ("memory_mb", memory_mb),
@@ -129,6 +140,7 @@ class Templates:
         return [Template(self._box, d) for d in answer.get("templates", [])]
 
     def delete(self, name: str, force: bool = False) -> None:
-        """Deletes a template (``force``: also while sandboxes use it or it builds).
-        Raises TemplateNotFoundError, WrongStateError."""
+        """Deletes a template (``force``: also while sandboxes made from it exist).
+        Raises TemplateNotFoundError, WrongStateError (``template_in_use`` without
+        ``force``; ``wrong_state`` while it is being built)."""
         self._box._t.call("DELETE", _name_path(name), query={"force": True} if force else None)

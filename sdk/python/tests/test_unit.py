@@ -59,6 +59,7 @@ CATALOGUE = [
     ("command_not_found", 404, CommandNotFoundError), ("template_not_found", 404, TemplateNotFoundError),
     ("method_not_allowed", 405, NotFoundError), ("wrong_state", 409, WrongStateError),
     ("sandbox_paused", 409, SandboxPausedError), ("sandbox_archived", 409, SandboxArchivedError),
+    ("template_exists", 409, WrongStateError), ("template_in_use", 409, WrongStateError),
     ("path_conflict", 409, PathConflictError), ("body_too_large", 413, FileTooLargeError),
     ("file_too_large", 413, FileTooLargeError), ("out_of_range", 422, InvalidRequestError),
     ("invalid_value", 422, InvalidRequestError), ("shape_mismatch", 422, InvalidRequestError),
@@ -588,6 +589,24 @@ class SurfaceTest(unittest.TestCase):
                 if docs is not None and f"{attr}(" not in docs:
                     missing.append(f"{name}.{attr}")
         self.assertEqual(missing, [], "public names docs/python.md does not name")
+
+
+class CatalogueTest(unittest.TestCase):
+    def test_every_code_of_docs_api_md_has_its_class(self):
+        """docs/api.md's error table (the daemon's catalogue, checked against the daemon
+        by daemon-docs): every code has its entry in the mapping."""
+        import re
+        from lithosbox.errors import _BY_CODE
+        path = os.path.join(HERE, "..", "..", "..", "docs", "api.md")
+        if not os.path.exists(path):
+            self.skipTest("no docs/api.md beside this copy of the tests")
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        section = text[text.index("\n## Errors"):]
+        section = section[:section.index("\n## ", 5)]
+        codes = re.findall(r"^\| `([a-z_]+)` \| \d{3} \|", section, re.M)
+        self.assertGreater(len(codes), 25)
+        self.assertEqual([c for c in codes if c not in _BY_CODE], [], "codes of docs/api.md without a class")
 
 
 class DiscoveryTest(unittest.TestCase):
