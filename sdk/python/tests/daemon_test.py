@@ -16,7 +16,8 @@ from live import SHAPE, Live, equal, expect  # noqa: E402
 from lithosbox import (CommandFailedError, CommandTimedOutError, DaemonNotRunningError,  # noqa: E402
                        InvalidRequestError, LithosBox, LithosBoxError, PathConflictError, PathNotFoundError,
                        SandboxArchivedError, SandboxNotFoundError, SandboxPausedError, Sandbox,
-                       SessionNotFoundError, SnapshotNotFoundError, TemplateNotFoundError)
+                       SessionNotFoundError, SnapshotNotFoundError, TemplateNotFoundError,
+                       WrongStateError)
 
 SB = "/v1/sandboxes/{id}"
 
@@ -224,15 +225,21 @@ def main() -> int:
         t.check("reboot(): running again, the file kept", reboot, needs=("POST " + SB + "/reboot",))
 
         def templates():
-            tpl = box.templates.create("sdk-test", cpus=1, memory_mb=256, wait=True, timeout=240)
+            tpl = box.templates.create("sdk-test", cpus=1, memory_mb=256, setup=["echo baked > /root/baked"],
+                                       wait=True, timeout=240)
             s = box.sandboxes.create(template="sdk-test")
             made.append(s)
-            ok = equal(s.state, "running") and "sdk-test" in {x.name for x in box.templates.list()} and \
-                equal(box.templates.get("sdk-test").state, "ready")
+            listed = {x.name: x for x in box.templates.list()}
+            ok = equal((s.state, s.files.read("/root/baked")), ("running", "baked\n")) and \
+                equal(box.templates.get("sdk-test").state, "ready") and "sdk-test" in listed and \
+                any(x.implicit for x in listed.values())
+            e = expect(WrongStateError, lambda: tpl.delete())
+            equal(e.code, "template_in_use")
             s.delete()
             tpl.delete()
             return ok and expect(TemplateNotFoundError, lambda: box.templates.get("sdk-test"))
-        t.check("templates.create(wait=True), a sandbox from it, list, get, delete", templates,
+        t.check("templates.create(setup=, wait=True), a sandbox from it has the setup's file; list (the implicit "
+                "template too), get; delete: template_in_use while used, then TemplateNotFoundError", templates,
                 needs=("POST /v1/templates", "GET /v1/templates/{}", "DELETE /v1/templates/{}"))
 
         # --- errors ---
