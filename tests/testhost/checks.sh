@@ -6,12 +6,13 @@
 #   agent     nanovm run and the vm commands with the guest agent (agent_checks.sh)
 #   snapshot  snapshot, restore and fork of a Linux guest (snapshot_checks.sh)
 #   daemon    nanovmd's API with real sandboxes (daemon_checks.sh)
+#   sdk       the Python client against nanovmd (sdk_checks.sh)
 # Usage: checks.sh SECTION NANOVM KVM_TESTS KERNEL_DIR DEFAULT_ROOT_DISK TINY_ROOT_DISK
 set -uo pipefail
 section=$1 nanovm=$2 kvm_tests=$3 kernel_dir=$4 default_root=${5:-} tiny_root=${6:-}
 case $section in
-  base|devices|agent|snapshot|daemon) ;;
-  *) echo "Bail out! unknown section '$section' (base, devices, agent, snapshot or daemon)"; exit 2 ;;
+  base|devices|agent|snapshot|daemon|sdk) ;;
+  *) echo "Bail out! unknown section '$section' (base, devices, agent, snapshot, daemon or sdk)"; exit 2 ;;
 esac
 work=${NANOVM_SCRATCH:?checks.sh runs inside tools/testhost/run}/linux-guest-checks
 mkdir -p "$work"
@@ -28,6 +29,19 @@ not_ok() { n=$((n + 1)); failed=$((failed + 1)); echo "not ok $n - $*"; }
 check()  { local name=$1; shift; if "$@"; then ok "$name"; else not_ok "$name"; fi; }
 # Shows the tail of a file as TAP diagnostics.
 diag()   { sed 's/^/# /' "$1" | tail -n "${2:-25}"; }
+# Passes another TAP file's checks on under this script's numbering (names prefixed
+# with $2, a SKIP directive kept); its comments and Bail out! lines as comments.
+relay_tap() {
+  local line
+  while IFS= read -r line; do
+    case $line in
+      "ok "*) ok "${2:-}${line#ok * - }" ;;
+      "not ok "*) not_ok "${2:-}${line#not ok * - }" ;;
+      "#"*) echo "$line" ;;
+      "Bail out!"*) echo "# ${line}" ;;
+    esac
+  done <"$1"
+}
 
 # boot_guest NAME ARGS... : runs nanovm boot with the console in $work/NAME.console,
 # stderr in $work/NAME.err; sets $status.
@@ -142,6 +156,11 @@ fi
 # 10. nanovmd with real sandboxes (tests/testhost/daemon_checks.sh).
 if [ "$section" = daemon ]; then
   . "$(dirname "$0")/daemon_checks.sh"
+fi
+
+# 11. The Python client against nanovmd (tests/testhost/sdk_checks.sh).
+if [ "$section" = sdk ]; then
+  . "$(dirname "$0")/sdk_checks.sh"
 fi
 
 # A failure may be the test host's (an oops, the OOM killer, a segfault): its kernel

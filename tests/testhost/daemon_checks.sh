@@ -11,14 +11,7 @@ dm=$work/daemon/$1
 mkdir -p "$dm"
 timeout "$2" python3 "$(dirname "$0")/../daemon/$1" "$nanovm" >"$dm/tap" 2>"$dm/stderr"
 dm_status=$?
-while IFS= read -r line; do
-  case $line in
-    "ok "*) ok "${line#ok * - }" ;;
-    "not ok "*) not_ok "${line#not ok * - }" ;;
-    "#"*) echo "$line" ;;
-    "Bail out!"*) echo "# ${line}" ;;
-  esac
-done <"$dm/tap"
+relay_tap "$dm/tap"
 if [ "$dm_status" != 0 ] && ! grep -q '^not ok ' "$dm/tap"; then
   not_ok "$1 ended with status $dm_status (124: its $2 s ran out)"; diag "$dm/stderr" 30
 fi
