@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "api/daemon/api_error.hpp"
+#include "vmm/text_encoding.hpp"
 
 namespace nanovm::daemon {
 
@@ -76,10 +77,11 @@ json file_info_json(const std::string& path, const std::string& name, const agen
                 {"mtime", rfc3339(info.mtime_ns / 1000000)}};
 }
 
-json exec_result_json(const ExecOutcome& o) {
+json exec_result_json(const ExecOutcome& o, bool base64) {
     const agent::ExitStatus& st = o.result.status;
-    json j{{"stdout", o.result.stdout_data},
-           {"stderr", o.start_error.empty() ? o.result.stderr_data : o.start_error + "\n"},
+    const auto text = [base64](std::string_view bytes) { return base64 ? base64_encode(bytes) : utf8_sanitize(bytes); };
+    json j{{"stdout", text(o.result.stdout_data)},
+           {"stderr", text(o.start_error.empty() ? o.result.stderr_data : o.start_error + "\n")},
            {"exit_code", st.shell_code()},
            {"signal", st.signaled ? json(st.value) : json(nullptr)},
            {"timed_out", st.timed_out},

@@ -22,7 +22,9 @@ std::string rfc3339(int64_t unix_ms);
 nlohmann::json sandbox_json(const store::SandboxRecord& r);
 nlohmann::json snapshot_json(SandboxManager& manager, const store::SnapshotRecord& s);
 nlohmann::json file_info_json(const std::string& path, const std::string& name, const agent::proto::FileInfo& info);
-nlohmann::json exec_result_json(const ExecOutcome& outcome);
+/// ExecResult: stdout and stderr as UTF-8 (invalid sequences U+FFFD), or with
+/// `base64` as base64 of the bytes.
+nlohmann::json exec_result_json(const ExecOutcome& outcome, bool base64 = false);
 
 /// The guest path in query parameter `name`: absolute, no NUL, no `..` component, at
 /// most 4096 bytes. Throws ApiError invalid_field (missing) or invalid_path.

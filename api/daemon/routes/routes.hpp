@@ -43,5 +43,9 @@ void add_file_routes(RouteContext& context);
 void add_snapshot_routes(RouteContext& context);
 /// /v1/templates (template_routes.cpp).
 void add_template_routes(RouteContext& context);
+/// /v1/sandboxes/{id}/sessions... (session_routes.cpp).
+void add_session_routes(RouteContext& context);
+/// /v1/sandboxes/{id}/commands... (command_routes.cpp).
+void add_command_routes(RouteContext& context);
 
 }  // namespace nanovm::daemon
