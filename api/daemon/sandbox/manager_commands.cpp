@@ -92,6 +92,7 @@ std::vector<CommandInfo> SandboxManager::list_commands(const std::string& id) {
 }
 
 CommandInfo SandboxManager::get_command(const std::string& id, const std::string& command_id) {
+    must_get(id);
     const uint64_t job = job_id(command_id);
     for (const CommandInfo& c : list_commands(id))
         if (c.job.id == job) return c;
@@ -100,8 +101,8 @@ CommandInfo SandboxManager::get_command(const std::string& id, const std::string
 
 CommandInfo SandboxManager::command_output(const std::string& id, const std::string& command_id, bool follow,
                                            const CommandOutputSink& sink) {
-    const uint64_t job = job_id(command_id);
     const store::SandboxRecord r = must_get(id);
+    const uint64_t job = job_id(command_id);
     agent::AgentClient client = agent_for(r.id);
     bool gone = false;
     job_call(client, [&](agent::AgentClient& c) {
@@ -118,8 +119,8 @@ CommandInfo SandboxManager::command_output(const std::string& id, const std::str
 
 CommandInfo SandboxManager::wait_command(const std::string& id, const std::string& command_id,
                                          std::chrono::milliseconds timeout) {
-    const uint64_t job = job_id(command_id);
     const store::SandboxRecord r = must_get(id);
+    const uint64_t job = job_id(command_id);
     {
         agent::AgentClient client = agent_for(r.id);
         client.set_deadline(Clock::now() + timeout);
@@ -137,8 +138,8 @@ CommandInfo SandboxManager::wait_command(const std::string& id, const std::strin
 
 void SandboxManager::command_stdin(const std::string& id, const std::string& command_id, std::string_view data,
                                    bool eof) {
-    const uint64_t job = job_id(command_id);
     const store::SandboxRecord r = must_get(id);
+    const uint64_t job = job_id(command_id);
     agent::AgentClient client = agent_for(r.id);
     constexpr size_t kChunk = 64 * 1024;
     const auto give_up = Clock::now() + std::chrono::seconds(60);
@@ -172,8 +173,8 @@ void SandboxManager::command_stdin(const std::string& id, const std::string& com
 }
 
 CommandInfo SandboxManager::kill_command(const std::string& id, const std::string& command_id, int signal) {
-    const uint64_t job = job_id(command_id);
     const store::SandboxRecord r = must_get(id);
+    const uint64_t job = job_id(command_id);
     {
         agent::AgentClient client = agent_for(r.id);
         job_call(client, [&](agent::AgentClient& c) {
