@@ -13,6 +13,7 @@ import base64
 import json
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -179,6 +180,28 @@ def run():
         ok(nf.status == 404 and nf.code() == "command_not_found", "an unknown command id: 404 command_not_found", nf)
         bad = d.post(cm, {"argv": ["/no/such/program"]})
         ok(bad.status == 422 and bad.code() == "invalid_value", "a program that cannot start: 422 with the reason", bad)
+
+        # --- the command line (nanovm sandbox exec --session / --background, command logs) ---
+        env = dict(os.environ, NANOVM_STATE_DIR=state)
+
+        def cli(*args):
+            p = subprocess.run([nanovm, "sandbox", *args], env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                               timeout=120)
+            return p.returncode, p.stdout, p.stderr.decode(errors="replace")
+
+        box = c.json()["id"]
+        rc, out, err = cli("session", "create", box, "--cwd", "/tmp")
+        csid = out.decode().strip()
+        rc1, _, err1 = cli("exec", box, "--session", csid[:8], "--", "cd /work &&", "export X=1")
+        rc2, out2, err2 = cli("exec", box, "--session", csid, "--", "echo $X; pwd")
+        ok(rc == 0 and rc1 == 0 and rc2 == 0 and out2 == b"1\n/work\n",
+           "CLI: session create, then exec --session (a prefix) keeps cd and export", (rc, rc1, rc2, out2, err, err1, err2))
+        rc, out, err = cli("exec", box, "--", "sh", "-c", "printf '\\000\\377\\200'; exit 5")
+        ok(rc == 5 and out == b"\x00\xff\x80", "CLI: exec writes binary output byte for byte, exits 5", (rc, out, err))
+        rc, out, err = cli("exec", box, "--background", "--", "sh", "-c", "sleep 1; echo bg; exit 3")
+        rc2, out2, err2 = cli("command", "logs", box, out.decode().strip(), "-f")
+        ok(rc == 0 and out.decode().strip().isdigit() and rc2 == 3 and out2 == b"bg\n",
+           "CLI: exec --background prints the id; command logs -f follows it and exits 3", (rc, out, rc2, out2, err2))
 
         # --- kill -9 of the daemon: the session and a command live on in the guest ---
         late = d.post(cm, {"cmd": "sleep 2; echo later"})
