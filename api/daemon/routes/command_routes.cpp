@@ -45,18 +45,13 @@ json exit_line(const CommandInfo& c) {
 
 void add_command_routes(RouteContext& c) {
     SandboxManager& m = *c.manager;
-    const std::vector<std::string> guest = {"sandbox_not_found", "wrong_state", "sandbox_paused", "vm_error"};
-    const auto with = [&guest](std::vector<std::string> more) {
-        more.insert(more.end(), guest.begin(), guest.end());
-        return more;
-    };
 
     c.router.add(RouteSpec{.method = "POST",
                            .pattern = "/v1/sandboxes/{id}/commands",
                            .summary = "Start a background command (a shell line or an argv): its id at once; it runs on "
                                       "when the client or the daemon goes away",
                            .success = 201,
-                           .errors = with({"bad_json", "invalid_field", "unknown_field", "out_of_range", "invalid_path",
+                           .errors = guest_errors({"bad_json", "invalid_field", "unknown_field", "out_of_range", "invalid_path",
                                            "invalid_value", "over_capacity"}),
                            .body_limit = 20u << 20,
                            .request_schema = "StartCommand",
@@ -69,7 +64,7 @@ void add_command_routes(RouteContext& c) {
     c.router.add(RouteSpec{.method = "GET",
                            .pattern = "/v1/sandboxes/{id}/commands",
                            .summary = "A sandbox's background commands, running and ended (the guest keeps the last 16)",
-                           .errors = guest,
+                           .errors = guest_errors(),
                            .response_schema = "CommandList"},
                  [&m](http::Request& req) {
                      json list = json::array();
@@ -80,7 +75,7 @@ void add_command_routes(RouteContext& c) {
     c.router.add(RouteSpec{.method = "GET",
                            .pattern = "/v1/sandboxes/{id}/commands/{cid}",
                            .summary = "A background command: running or exited, its exit code",
-                           .errors = with({"command_not_found"}),
+                           .errors = guest_errors({"command_not_found"}),
                            .response_schema = "Command"},
                  [&m](http::Request& req) {
                      return json_response(200, command_json(m.get_command(req.params["id"], req.params["cid"])));
@@ -91,7 +86,7 @@ void add_command_routes(RouteContext& c) {
                   .pattern = "/v1/sandboxes/{id}/commands/{cid}/output",
                   .summary = "A background command's output as NDJSON: what is buffered, then with follow=true the "
                              "live output and an exit line once it ends",
-                  .errors = with({"invalid_field", "invalid_value", "command_not_found"}),
+                  .errors = guest_errors({"invalid_field", "invalid_value", "command_not_found"}),
                   .response_schema = "ndjson",
                   .query = {{"follow", "boolean", false, "then the live output until the command ends (default false)"},
                             {"output_encoding", "string", false, "utf8 (default) or base64"}}},
@@ -136,7 +131,7 @@ void add_command_routes(RouteContext& c) {
                            .pattern = "/v1/sandboxes/{id}/commands/{cid}/wait",
                            .summary = "Wait up to timeout_s (default 60) for a background command to end; answers it "
                                       "either way",
-                           .errors = with({"bad_json", "invalid_field", "unknown_field", "out_of_range",
+                           .errors = guest_errors({"bad_json", "invalid_field", "unknown_field", "out_of_range",
                                            "command_not_found"}),
                            .request_schema = "WaitCommand",
                            .response_schema = "Command"},
@@ -150,7 +145,7 @@ void add_command_routes(RouteContext& c) {
                            .pattern = "/v1/sandboxes/{id}/commands/{cid}/stdin",
                            .summary = "Feed a background command's stdin with the body's bytes; eof=true closes it after",
                            .success = 204,
-                           .errors = with({"invalid_field", "command_not_found"}),
+                           .errors = guest_errors({"invalid_field", "command_not_found"}),
                            .body_limit = 16u << 20,
                            .request_schema = "binary",
                            .query = {{"eof", "boolean", false, "close stdin after the bytes (default false)"}}},
@@ -163,7 +158,7 @@ void add_command_routes(RouteContext& c) {
     c.router.add(RouteSpec{.method = "POST",
                            .pattern = "/v1/sandboxes/{id}/commands/{cid}/kill",
                            .summary = "Send a signal (default 9, SIGKILL) to a background command's process group",
-                           .errors = with({"bad_json", "invalid_field", "unknown_field", "out_of_range",
+                           .errors = guest_errors({"bad_json", "invalid_field", "unknown_field", "out_of_range",
                                            "command_not_found"}),
                            .request_schema = "KillCommand",
                            .response_schema = "Command"},

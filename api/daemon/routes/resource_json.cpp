@@ -90,6 +90,11 @@ json exec_result_json(const ExecOutcome& o, bool base64) {
     return j;
 }
 
+std::vector<std::string> guest_errors(std::vector<std::string> more) {
+    for (const char* code : {"sandbox_not_found", "wrong_state", "sandbox_paused", "vm_error"}) more.push_back(code);
+    return more;
+}
+
 void check_guest_path(const std::string& path) {
     if (path.empty() || path.front() != '/')
         throw ApiError("invalid_path", fmt::format("the guest path \"{}\" must be absolute", path.substr(0, 200)));

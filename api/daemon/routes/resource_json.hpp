@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -31,6 +32,10 @@ nlohmann::json exec_result_json(const ExecOutcome& outcome, bool base64 = false)
 std::string guest_path(const http::Request& request, const std::string& name = "path");
 /// Checks a guest path from a body the same way. Throws ApiError invalid_path.
 void check_guest_path(const std::string& path);
+
+/// The codes of a route that reaches a sandbox's guest (sandbox_not_found,
+/// wrong_state, sandbox_paused, vm_error), after `more`.
+std::vector<std::string> guest_errors(std::vector<std::string> more = {});
 
 /// An integer query parameter in [min, max] (nullopt if absent). Throws ApiError.
 std::optional<int64_t> query_integer(const http::Request& request, const std::string& name, int64_t min, int64_t max);

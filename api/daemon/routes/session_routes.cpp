@@ -34,18 +34,13 @@ void check_session_user(const json& user) {
 
 void add_session_routes(RouteContext& c) {
     SandboxManager& m = *c.manager;
-    const std::vector<std::string> guest = {"sandbox_not_found", "wrong_state", "sandbox_paused", "vm_error"};
-    const auto with = [&guest](std::vector<std::string> more) {
-        more.insert(more.end(), guest.begin(), guest.end());
-        return more;
-    };
 
     c.router.add(RouteSpec{.method = "POST",
                            .pattern = "/v1/sandboxes/{id}/sessions",
                            .summary = "Start a session: a shell whose cwd and exported variables carry over between "
                                       "its commands",
                            .success = 201,
-                           .errors = with({"bad_json", "invalid_field", "unknown_field", "invalid_path", "invalid_value",
+                           .errors = guest_errors({"bad_json", "invalid_field", "unknown_field", "invalid_path", "invalid_value",
                                            "path_not_found", "permission_denied", "over_capacity"}),
                            .request_schema = "CreateSession",
                            .response_schema = "Session"},
@@ -78,7 +73,7 @@ void add_session_routes(RouteContext& c) {
                            .pattern = "/v1/sandboxes/{id}/sessions/{sid}/exec",
                            .summary = "Run a shell line in a session (its cwd and variables carry over): the exec "
                                       "result, or with stream: true NDJSON lines then an exit line",
-                           .errors = with({"bad_json", "invalid_field", "unknown_field", "out_of_range", "invalid_value",
+                           .errors = guest_errors({"bad_json", "invalid_field", "unknown_field", "out_of_range", "invalid_value",
                                            "session_not_found"}),
                            .body_limit = 256 * 1024,
                            .request_schema = "SessionExec",
@@ -109,7 +104,7 @@ void add_session_routes(RouteContext& c) {
                            .pattern = "/v1/sandboxes/{id}/sessions/{sid}",
                            .summary = "End a session (its shell, and a command it runs, are killed)",
                            .success = 204,
-                           .errors = with({"session_not_found"})},
+                           .errors = guest_errors({"session_not_found"})},
                  [&m](http::Request& req) {
                      m.remove_session(req.params["id"], req.params["sid"]);
                      return no_content();
