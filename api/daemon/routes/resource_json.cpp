@@ -91,7 +91,8 @@ json exec_result_json(const ExecOutcome& o, bool base64) {
 }
 
 std::vector<std::string> guest_errors(std::vector<std::string> more) {
-    for (const char* code : {"sandbox_not_found", "wrong_state", "sandbox_paused", "vm_error"}) more.push_back(code);
+    for (const char* code : {"sandbox_not_found", "wrong_state", "sandbox_paused", "sandbox_archived", "vm_error"})
+        more.push_back(code);
     return more;
 }
 

@@ -34,7 +34,7 @@ std::string guest_path(const http::Request& request, const std::string& name = "
 void check_guest_path(const std::string& path);
 
 /// The codes of a route that reaches a sandbox's guest (sandbox_not_found,
-/// wrong_state, sandbox_paused, vm_error), after `more`.
+/// wrong_state, sandbox_paused, sandbox_archived, vm_error), after `more`.
 std::vector<std::string> guest_errors(std::vector<std::string> more = {});
 
 /// An integer query parameter in [min, max] (nullopt if absent). Throws ApiError.
