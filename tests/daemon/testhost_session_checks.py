@@ -22,6 +22,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from daemon_harness import Daemon, Tap, main_guard  # noqa: E402
 
 
+# Sandboxes boot (no implicit template: a first create would answer 503 template_building).
+ARGS = ["--implicit-templates", "0"]
+
+
 def ndjson(answer):
     return [json.loads(x) for x in answer.body.splitlines() if x.strip()] if answer.status == 200 else []
 
@@ -56,7 +60,7 @@ def run():
     nanovm = sys.argv[1]
     tap = Tap()
     state = tempfile.mkdtemp(prefix="nvs.", dir="/tmp")  # short: the sockets' sun_path
-    d = Daemon(nanovm, state_dir=state).start()
+    d = Daemon(nanovm, state_dir=state, args=ARGS).start()
     ok = tap.ok
     try:
         t0 = time.time()
@@ -207,7 +211,7 @@ def run():
         late = d.post(cm, {"cmd": "sleep 2; echo later"})
         lid = late.json().get("id", "0")
         d.stop(sig=signal.SIGKILL)
-        d = Daemon(nanovm, state_dir=state).start()
+        d = Daemon(nanovm, state_dir=state, args=ARGS).start()
         w = d.post(f"{cm}/{lid}/wait", {"timeout_s": 30}, timeout=60)
         out = ndjson(d.get(f"{cm}/{lid}/output"))
         ok(w.status == 200 and w.json()["exit_code"] == 0 and joined(out, "stdout") == "later\n",
