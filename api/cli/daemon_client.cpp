@@ -115,11 +115,12 @@ json list_all(client::ApiClient& api, const std::string& target, const std::stri
     }
 }
 
-std::string resolve_id(client::ApiClient& api, const std::string& kind, const std::string& text) {
+std::string resolve_id(client::ApiClient& api, const std::string& kind, const std::string& text,
+                       const std::string& list_target) {
     if (text.empty()) throw UsageError(fmt::format("an empty {} id", kind));
     if (text.size() == 36 || text.find_first_not_of("0123456789abcdef-") != std::string::npos) return text;
     const std::string plural = kind == "sandbox" ? "sandboxes" : kind + "s";
-    const json items = list_all(api, "/v1/" + plural, plural);
+    const json items = list_all(api, list_target.empty() ? "/v1/" + plural : list_target, plural);
     std::vector<std::string> matches;
     for (const json& item : items) {
         const std::string id = item.at("id").get<std::string>();

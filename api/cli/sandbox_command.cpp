@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 
 #include "api/cli/exec_stream.hpp"
+#include "api/cli/ndjson_output.hpp"
+#include "api/cli/sandbox_job_commands.hpp"
 #include "api/cli/run_command.hpp"
 #include "api/cli/template_command.hpp"
 #include "vmm/fd.hpp"
@@ -57,7 +59,8 @@ int list(client::ApiClient& api, const SandboxOptions& o) {
     std::string target = "/v1/sandboxes";
     std::string query;
     if (!o.state.empty()) query += "&state=" + client::url_encode(o.state);
-    for (const auto& [k, v] : labels_json(o.labels, "--label").items())
+    const json labels = labels_json(o.labels, "--label");  // kept: items() refers into it
+    for (const auto& [k, v] : labels.items())
         query += "&metadata." + client::url_encode(k) + "=" + client::url_encode(v.get<std::string>());
     if (!query.empty()) target += "?" + query.substr(1);
     const json all = list_all(api, target, "sandboxes");
@@ -82,78 +85,60 @@ int get(client::ApiClient& api, const SandboxOptions& o) {
     return kOk;
 }
 
-// The NDJSON lines of a streamed exec (docs/api.md): output written as it comes,
-// the exit line kept.
-class ExecStream {
-public:
-    void feed(std::string_view piece) {
-        pending_.append(piece);
-        size_t start = 0;
-        for (size_t nl; (nl = pending_.find('\n', start)) != std::string::npos; start = nl + 1)
-            line(std::string_view(pending_).substr(start, nl - start));
-        pending_.erase(0, start);
-    }
-
-    /// The exit status for this process (see kExecHelp).
-    int status(const std::string& id, std::optional<int64_t> timeout_s) const {
-        if (error_) {
-            log_line(fmt::format("sandbox {}: {} ({})", id, (*error_).value("message", ""), (*error_).value("code", "")));
-            return kExecNanovmError;
-        }
-        if (!exit_) {
-            log_line(fmt::format("sandbox {}: the daemon's answer ended without the command's exit", id));
-            return kExecNanovmError;
-        }
-        if ((*exit_).value("timed_out", false)) {
-            log_line(fmt::format("the command timed out after {} s and was killed", timeout_s.value_or(0)));
-            return kExecTimedOut;
-        }
-        return (*exit_).value("exit_code", kExecNanovmError);
-    }
-
-private:
-    void line(std::string_view text) {
-        if (text.empty()) return;
-        const json j = json::parse(text, nullptr, false);
-        if (!j.is_object()) throw Error(fmt::format("the daemon sent a line that is not JSON: {}", text.substr(0, 80)));
-        const std::string type = j.value("type", "");
-        if (type == "stdout" || type == "stderr") {
-            write_all(type == "stdout" ? STDOUT_FILENO : STDERR_FILENO, j.value("data", ""));
-        } else if (type == "exit") {
-            // A command that could not start: the agent's reason comes as stderr.
-            if (j.contains("stderr") && j["stderr"].is_string()) write_all(STDERR_FILENO, j["stderr"].get<std::string>());
-            exit_ = j;
-        } else if (type == "error") {
-            error_ = j.value("error", json::object());
-        }
-    }
-
-    std::string pending_;
-    std::optional<json> exit_, error_;
-};
+// A session's shell line from exec's words: joined by spaces, as ssh does.
+std::string shell_line(const std::vector<std::string>& words) {
+    std::string line;
+    for (const std::string& w : words) line += (line.empty() ? "" : " ") + w;
+    return line;
+}
 
 int exec(client::ApiClient& api, const SandboxOptions& o) {
     if (o.argv.empty() || o.argv.front().empty()) throw UsageError("no command: nanovm sandbox exec ID -- CMD ARGS...");
+    if (!o.session.empty() && o.background) throw UsageError("--session and --background: one or the other");
+    if (!o.session.empty() && (!o.cwd.empty() || !o.env.empty() || !o.user.empty() || o.stdin_data))
+        throw UsageError("--session runs in the session's own cwd and environment, as root, without stdin: "
+                         "no --cwd, --env, --user or --stdin with it");
     const std::string id = resolve_id(api, "sandbox", o.id);
-    json body{{"argv", o.argv}, {"stream", !o.client.json}};
+    // Streamed output comes as base64, so that it reaches our stdout byte for byte.
+    const bool stream = !o.client.json && !o.background;
+    json body{{"argv", o.argv}};
+    std::string target = sandbox_path(id) + "/exec";
+    if (!o.session.empty()) {
+        body = json{{"cmd", shell_line(o.argv)}};
+        target = sandbox_path(id) + "/sessions/" + client::url_encode(resolve_id(api, "session", o.session, sandbox_path(id) + "/sessions")) + "/exec";
+    } else if (o.background) {
+        target = sandbox_path(id) + "/commands";
+    }
+    if (!o.background) {
+        body["stream"] = stream;
+        if (stream) body["output_encoding"] = "base64";
+    }
     if (!o.env.empty()) body["env"] = labels_json(o.env, "--env");
     if (!o.cwd.empty()) body["cwd"] = o.cwd;
     if (!o.user.empty()) body["user"] = o.user;
     if (o.timeout_s) body["timeout_s"] = *o.timeout_s;
     if (o.stdin_data) body["stdin"] = std::string(std::istreambuf_iterator<char>(std::cin), {});
-    if (o.client.json) {
-        const json result = api.post(sandbox_path(id) + "/exec", body);
+    if (o.background) {
+        const json command = api.post(target, body);
+        if (o.client.json)
+            print_json(command);
+        else
+            std::printf("%s\n", command["id"].get<std::string>().c_str());
+        return kOk;
+    }
+    if (!stream) {
+        const json result = api.post(target, body);
         print_json(result);
         if (result.value("timed_out", false)) return kExecTimedOut;
         return result.value("exit_code", kExecNanovmError);
     }
-    ExecStream stream;
+    NdjsonOutput output(/*base64=*/true);
     client::RequestBody rb;
     rb.data = body.dump();
     const client::Response r =
-        api.http().request("POST", sandbox_path(id) + "/exec", rb, [&](std::string_view piece) { stream.feed(piece); });
+        api.http().request("POST", target, rb, [&](std::string_view piece) { output.feed(piece); });
     client::throw_if_error(r);
-    return stream.status(id, o.timeout_s);
+    return output.status("sandbox " + id, o.timeout_s);
 }
 
 // One side of `sandbox cp`: ID:/GUEST_PATH (ID: a sandbox id or a prefix of one) or a host path.
@@ -313,14 +298,17 @@ constexpr const char* kExecHelp =
     "125 if nanovm failed (bad option, the daemon not running, no such sandbox, the sandbox paused or\n"
     "failed: the message says which); 126 if the command could not run (e.g. EACCES); 127 if it was not\n"
     "found. The command is an argv, not a shell line: use  -- sh -c 'echo $HOME; exit 3'  for one.\n"
-    "Stdin goes to the command only with -i (read whole, then sent).";
+    "Stdin goes to the command only with -i (read whole, then sent). Output reaches ours byte for byte.\n"
+    "--session SID runs the words, joined by spaces into a shell line (as ssh does), in a session\n"
+    "(nanovm sandbox session create): its cd and export hold for the next. --background starts the\n"
+    "command and prints its id at once (exit 0): see nanovm sandbox command.";
 
 }  // namespace
 
 SandboxCommands add_sandbox_commands(CLI::App& app, SandboxOptions& o) {
     SandboxCommands c;
     c.group = app.add_subcommand("sandbox", "nanovmd's sandboxes: create, ls, get, exec, cp, snapshot, fork, pause, "
-                                            "resume, rm (through the daemon's API)");
+                                            "resume, rm, session, command (through the daemon's API)");
     c.group->require_subcommand(1);
     add_daemon_options(c.group, o.client);
     c.group->footer(std::string("IDs may be abbreviated to a unique prefix. The API: docs/api.md.\n\n") + kExitHelp);
@@ -355,6 +343,9 @@ SandboxCommands add_sandbox_commands(CLI::App& app, SandboxOptions& o) {
     c.exec->add_option("-e,--env", o.env, "Set KEY=VALUE (repeatable)")->type_name("KEY=VALUE");
     c.exec->add_option("-u,--user", o.user, "Run as uid or uid:gid")->type_name("UID[:GID]");
     c.exec->add_flag("-i,--stdin", o.stdin_data, "Send our stdin (read to its end first) to the command");
+    c.exec->add_option("-s,--session", o.session, "Run in this session (its cwd and variables carry over)")
+        ->type_name("SID");
+    c.exec->add_flag("-d,--background", o.background, "Start it as a background command; print its id");
     c.exec->add_option("command", o.argv, "The command and its arguments, after --")->required();
     c.exec->footer(kExecHelp);
 
@@ -382,16 +373,17 @@ SandboxCommands add_sandbox_commands(CLI::App& app, SandboxOptions& o) {
     id_arg(c.resume);
     c.rm = c.group->add_subcommand("rm", "Stop and delete sandboxes (their snapshots stay)");
     c.rm->add_option("id", o.ids, "Sandbox ids")->required();
+    add_sandbox_job_commands(c, o);
     return c;
 }
 
 int run_sandbox_command(const SandboxCommands& c, const SandboxOptions& o) {
-    if (*c.exec) {
+    if (*c.exec || exec_like(c)) {
         // exec keeps 0-124 for the command: nanovm's own failures are 125.
         int status = kExecNanovmError;
         const int rc = run_client_command(o.client, [&] {
             client::ApiClient api(find_daemon(o.client));
-            status = exec(api, o);
+            status = *c.exec ? exec(api, o) : run_sandbox_job_command(c, o, api).value_or(kExecNanovmError);
             return kOk;
         });
         return rc == kOk ? status : kExecNanovmError;
@@ -407,6 +399,7 @@ int run_sandbox_command(const SandboxCommands& c, const SandboxOptions& o) {
         if (*c.pause) return pause_resume(api, o, "pause");
         if (*c.resume) return pause_resume(api, o, "resume");
         if (*c.rm) return remove(api, o);
+        if (const auto status = run_sandbox_job_command(c, o, api)) return *status;
         return kUsage;
     });
 }

@@ -7,6 +7,10 @@
 //   sandbox get ID                                               one sandbox
 //   sandbox exec ID [--timeout S] [--cwd DIR] [-e K=V] [--user U] [-i] -- CMD ARGS...
 //                                                                streamed; its exit status
+//   sandbox exec ID --session SID -- WORDS...                    a shell line in a session
+//   sandbox exec ID --background [...] -- CMD ARGS...            print the command's id
+//   sandbox session create|ls|rm, sandbox command ls|get|logs|wait|kill|stdin
+//                                                                (sandbox_job_commands.hpp)
 //   sandbox cp ID:/GUEST_PATH HOST_PATH|-  |  sandbox cp HOST_PATH|- ID:/GUEST_PATH
 //   sandbox snapshot ID [--wait] [--leave-paused]                print the snapshot's id
 //   sandbox fork ID [-n N]                                       print the children's ids
@@ -43,6 +47,12 @@ struct SandboxOptions {
     std::string copy_from, copy_to;         ///< cp
     bool wait_durable = false, leave_paused = false;  ///< snapshot
     int64_t fork_count = 1;                 ///< fork
+    std::string session;                    ///< exec --session; session rm
+    bool background = false;                ///< exec --background
+    std::string command_id;                 ///< command get|logs|wait|kill|stdin
+    bool follow = false;                    ///< command logs -f
+    bool eof = false;                       ///< command stdin --eof
+    int64_t signal = 9;                     ///< command kill
 };
 
 /// The registered subcommands.
@@ -50,6 +60,10 @@ struct SandboxCommands {
     CLI::App* group = nullptr;
     CLI::App *create = nullptr, *ls = nullptr, *get = nullptr, *exec = nullptr, *cp = nullptr, *snapshot = nullptr,
              *fork = nullptr, *pause = nullptr, *resume = nullptr, *rm = nullptr;
+    // sandbox_job_commands.cpp
+    CLI::App *session = nullptr, *session_create = nullptr, *session_ls = nullptr, *session_rm = nullptr;
+    CLI::App *command = nullptr, *command_ls = nullptr, *command_get = nullptr, *command_logs = nullptr,
+             *command_wait = nullptr, *command_kill = nullptr, *command_stdin = nullptr;
 };
 
 /// Registers `sandbox` and its subcommands on `app`, filling `options`.

@@ -23,6 +23,9 @@ constexpr std::array kCatalogue{
     ErrorKind{"snapshot_not_found", 404, "No snapshot has this id (or the id is not a UUID)."},
     ErrorKind{"template_not_found", 404, "No template has this name."},
     ErrorKind{"path_not_found", 404, "The guest path does not exist (ENOENT, ENOTDIR)."},
+    ErrorKind{"session_not_found", 404, "No session has this id in this sandbox (or its shell has ended)."},
+    ErrorKind{"command_not_found", 404,
+              "No background command has this id in this sandbox (the guest keeps the last 16 commands)."},
     ErrorKind{"method_not_allowed", 405, "The path exists but not with this method."},
     ErrorKind{"wrong_state", 409, "The sandbox or snapshot is not in a state that allows this operation."},
     ErrorKind{"sandbox_paused", 409, "The sandbox is paused: resume it first."},
@@ -43,7 +46,8 @@ constexpr std::array kCatalogue{
     ErrorKind{"internal", 500, "A bug in the daemon; the message says where."},
     ErrorKind{"vm_error", 502, "The sandbox's VM or guest agent failed; the message says why."},
     ErrorKind{"over_capacity", 503,
-              "Over a cap: running sandboxes, or host memory committed to running and sleeping sandboxes."},
+              "Over a cap: running sandboxes, host memory committed to running and sleeping sandboxes, or a "
+              "sandbox's background commands (16 running) or sessions."},
     ErrorKind{"template_building", 503,
               "The create's template is being built (the first create of an image and shape starts it): retry after "
               "the Retry-After header's seconds."},

@@ -194,6 +194,8 @@ int run_daemon(const DaemonOptions& given) {
         add_snapshot_routes(context);
         add_template_routes(context);
         add_rest_routes(context);
+        add_session_routes(context);
+        add_command_routes(context);
 
         http::ServerOptions server_options;
         server_options.unix_socket = sock;

@@ -30,6 +30,7 @@ json schemas() {
     const json str{{"type", "string"}}, integer{{"type", "integer"}}, boolean{{"type", "boolean"}};
     const json nullable_str{{"type", "string"}, {"nullable", true}};
     const json labels{{"type", "object"}, {"additionalProperties", {{"type", "string"}}}};
+    const json encoding{{"type", "string"}, {"enum", {"utf8", "base64"}}, {"default", "utf8"}};
     json s;
     s["Error"] = object({{"error", object({{"code", str}, {"message", str}}, {"code", "message"})}}, {"error"});
     s["Health"] = object({{"status", str}, {"version", str}, {"uptime_s", integer}, {"sandboxes", integer}});
@@ -72,7 +73,8 @@ json schemas() {
                         {"user", {{"oneOf", {integer, str}}}},
                         {"stdin", str},
                         {"timeout_s", {{"type", "integer"}, {"minimum", 0}, {"maximum", 86400}}},
-                        {"stream", boolean}});
+                        {"stream", boolean},
+                        {"output_encoding", encoding}});
     s["ExecResult"] = object({{"stdout", str},
                               {"stderr", str},
                               {"exit_code", integer},
@@ -80,6 +82,38 @@ json schemas() {
                               {"timed_out", boolean},
                               {"output_truncated", boolean},
                               {"duration_ms", {{"type", "number"}}}});
+    s["CreateSession"] = object({{"cwd", str}, {"env", labels}, {"user", {{"oneOf", {integer, str}}}}});
+    s["Session"] = object({{"id", str}, {"sandbox_id", str}, {"created_at", str}});
+    s["SessionList"] = object({{"sessions", {{"type", "array"}, {"items", ref("Session")}}}});
+    s["SessionExec"] = object({{"cmd", str},
+                               {"timeout_s", {{"type", "integer"}, {"minimum", 0}, {"maximum", 86400}}},
+                               {"stream", boolean},
+                               {"output_encoding", encoding}},
+                              {"cmd"});
+    s["StartCommand"] = object({{"cmd", str},
+                                {"argv", {{"type", "array"}, {"items", str}}},
+                                {"env", labels},
+                                {"cwd", str},
+                                {"user", {{"oneOf", {integer, str}}}},
+                                {"stdin", str},
+                                {"timeout_s", {{"type", "integer"}, {"minimum", 0}, {"maximum", 86400}}}});
+    const json nullable_int{{"type", "integer"}, {"nullable", true}};
+    s["Command"] = object({{"id", str},
+                           {"sandbox_id", str},
+                           {"state", {{"type", "string"}, {"enum", {"running", "exited"}}}},
+                           {"cmd", nullable_str},
+                           {"argv", {{"type", "array"}, {"items", str}, {"nullable", true}}},
+                           {"exit_code", nullable_int},
+                           {"signal", nullable_int},
+                           {"timed_out", boolean},
+                           {"stdin_open", boolean},
+                           {"stdout_bytes", integer},
+                           {"stderr_bytes", integer},
+                           {"started_at", str},
+                           {"ended_at", nullable_str}});
+    s["CommandList"] = object({{"commands", {{"type", "array"}, {"items", ref("Command")}}}});
+    s["WaitCommand"] = object({{"timeout_s", {{"type", "integer"}, {"minimum", 0}, {"maximum", 3600}, {"default", 60}}}});
+    s["KillCommand"] = object({{"signal", {{"type", "integer"}, {"minimum", 1}, {"maximum", 64}, {"default", 9}}}});
     s["FileInfo"] = object({{"path", str}, {"name", str}, {"type", str}, {"size", integer}, {"mode", integer},
                             {"mtime", str}});
     s["FileList"] = object({{"path", str}, {"entries", {{"type", "array"}, {"items", ref("FileInfo")}}}});
@@ -136,6 +170,9 @@ json response_for(const std::string& schema, const std::string& description) {
     if (schema == "binary")
         return json{{"description", description},
                     {"content", {{"application/octet-stream", {{"schema", {{"type", "string"}, {"format", "binary"}}}}}}}};
+    if (schema == "ndjson")
+        return json{{"description", description},
+                    {"content", {{"application/x-ndjson", {{"schema", {{"type", "string"}}}}}}}};
     if (schema == "text")
         return json{{"description", description}, {"content", {{"text/plain", {{"schema", {{"type", "string"}}}}}}}};
     return json{{"description", description}, {"content", {{"application/json", {{"schema", ref(schema)}}}}}};
@@ -172,8 +209,9 @@ json openapi_document(const std::vector<RouteSpec>& routes) {
         while ((pos = r.pattern.find('{', pos)) != std::string::npos) {
             const size_t end = r.pattern.find('}', pos);
             const std::string name = r.pattern.substr(pos + 1, end - pos - 1);
+            // Ids are UUIDs; a template is named, a background command numbered (the guest's job).
             json schema{{"type", "string"}};
-            if (name != "name") schema["format"] = "uuid";  // ids are UUIDs; a template is named
+            if (name != "name" && name != "cid") schema["format"] = "uuid";
             parameters.push_back(json{{"name", name}, {"in", "path"}, {"required", true}, {"schema", schema}});
             pos = end;
         }

@@ -91,6 +91,22 @@ try:
     expect("an unknown sandbox command: 2, with the list", 2, "the sandbox commands are create, ls", "sandbox", "frob")
     expect("an unknown snapshot command: 2, with the list", 2, "the snapshot commands are ls, get", "snapshot", "frob")
     expect("sandbox exec without a command: 125 (a usage error of an exec)", 125, "command", "sandbox", "exec", nobody)
+    expect("sandbox exec --session and --background together: 125", 125, "one or the other", "sandbox", "exec",
+           nobody, "--session", "x", "--background", "--state-dir", state, "--", "true")
+    expect("sandbox exec --session with --cwd: 125", 125, "no --cwd", "sandbox", "exec", nobody, "--session", "x",
+           "--cwd", "/tmp", "--state-dir", state, "--", "true")
+    expect("sandbox exec --background in an unknown sandbox: 125", 125, "sandbox_not_found", "sandbox", "exec", nobody,
+           "--background", "--state-dir", state, "--", "true")
+    for args in (["session", "create", nobody], ["session", "ls", nobody], ["session", "rm", nobody, nobody],
+                 ["command", "ls", nobody], ["command", "get", nobody, "1"], ["command", "kill", nobody, "1"],
+                 ["command", "stdin", nobody, "1", "--eof"]):
+        expect(f"sandbox {' '.join(args[:2])} of an unknown sandbox: 4", 4, "sandbox_not_found", "sandbox", *args,
+               "--state-dir", state)
+    for args in (["command", "logs", nobody, "1", "-f"], ["command", "wait", nobody, "1"]):
+        expect(f"sandbox {' '.join(args[:2])} of an unknown sandbox: 125 (it exits as exec)", 125, "sandbox_not_found",
+               "sandbox", *args, "--state-dir", state)
+    expect("sandbox command kill --signal 99: 2 (the daemon's 422)", 2, "out_of_range", "sandbox", "command", "kill",
+           nobody, "1", "--signal", "99", "--state-dir", state)
     expect("sandbox cp between two host paths: 2", 2, "one sandbox", "sandbox", "cp", "/a", "/b", "--state-dir", state)
     expect("sandbox --help lists the exit statuses", 0, "3  the daemon is not running", "sandbox", "--help",
            stream="stdout")

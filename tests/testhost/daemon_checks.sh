@@ -2,13 +2,15 @@
 # nanovmd with real guests, run INSIDE the test host by checks.sh (section "daemon"):
 # tests/daemon/testhost_checks.py drives the daemon over HTTP; its TAP lines are
 # renumbered into checks.sh's.
-# tests/daemon/testhost_templates.py (templates) runs after it the same way.
-# tests/daemon/testhost_rest_checks.py (rest states: sleep, autosleep, reboot) and
-# tests/daemon/testhost_archive_checks.py (archive and unarchive) run last.
+# tests/daemon/testhost_templates.py (templates), testhost_session_checks.py (sessions,
+# background commands, binary output), testhost_rest_checks.py (rest states: sleep,
+# autosleep, reboot) and testhost_archive_checks.py (archive and unarchive) run after it
+# the same way.
 # Usage (sourced): . daemon_checks.sh   with $nanovm $work set.
 dm_run() {  # dm_run SCRIPT SECONDS
 dm=$work/daemon/$1
 mkdir -p "$dm"
+dm_started=$SECONDS
 timeout "$2" python3 "$(dirname "$0")/../daemon/$1" "$nanovm" >"$dm/tap" 2>"$dm/stderr"
 dm_status=$?
 relay_tap "$dm/tap"
@@ -18,5 +20,6 @@ fi
 }
 dm_run testhost_checks.py 440
 dm_run testhost_templates.py 300
+dm_run testhost_session_checks.py 240
 dm_run testhost_rest_checks.py 240
 dm_run testhost_archive_checks.py 300

@@ -4,6 +4,7 @@
 
 #include "api/daemon/api_error.hpp"
 #include "api/daemon/json_body.hpp"
+#include "api/daemon/routes/exec_output.hpp"
 #include "api/daemon/routes/resource_json.hpp"
 #include "api/daemon/routes/routes.hpp"
 #include "api/daemon/sandbox/manager.hpp"
@@ -35,15 +36,10 @@ void parse_user(const json& v, agent::Command& c) {
     if (colon != std::string::npos) c.gid = number(text.substr(colon + 1));
 }
 
-struct ParsedExec {
-    ExecRequest request;
-    bool stream = false;
-};
+}  // namespace
 
-ParsedExec parse_exec(const std::string& body) {
-    const JsonBody b(body, {"cmd", "argv", "env", "cwd", "user", "stdin", "timeout_s", "stream"});
-    ParsedExec p;
-    agent::Command& c = p.request.command;
+agent::Command parse_command(const JsonBody& b) {
+    agent::Command c;
     const auto cmd = b.string("cmd", 128 * 1024);
     const auto argv = b.strings("argv", 4096, 128 * 1024);
     if (cmd.has_value() == argv.has_value()) throw ApiError("invalid_field", "give \"cmd\" (a shell line) or \"argv\", one of them");
@@ -64,11 +60,8 @@ ParsedExec parse_exec(const std::string& body) {
     parse_user(b.raw("user"), c);
     if (auto in = b.string("stdin", 16u << 20)) c.stdin_data = *in;
     if (auto t = b.integer("timeout_s", 0, 86400)) c.timeout = std::chrono::seconds(*t);
-    p.stream = b.boolean("stream").value_or(false);
-    return p;
+    return c;
 }
-
-}  // namespace
 
 void add_exec_routes(RouteContext& c) {
     SandboxManager& m = *c.manager;
@@ -78,36 +71,19 @@ void add_exec_routes(RouteContext& c) {
                   .summary = "Run a command (a shell line or an argv): its whole result, or with stream: true its output "
                              "as NDJSON lines then an exit line; timeout_s kills it in the guest",
                   .errors = {"sandbox_not_found", "bad_json", "invalid_field", "unknown_field", "out_of_range",
-                             "invalid_path", "sandbox_paused", "sandbox_archived", "wrong_state", "vm_error"},
+                             "invalid_value", "invalid_path", "sandbox_paused", "sandbox_archived", "wrong_state",
+                             "vm_error"},
                   .body_limit = 20u << 20,
                   .request_schema = "Exec",
                   .response_schema = "ExecResult"},
         [&m](http::Request& req) {
-            ParsedExec parsed = parse_exec(req.body);
+            const JsonBody b(req.body, {"cmd", "argv", "env", "cwd", "user", "stdin", "timeout_s", "stream",
+                                        "output_encoding"});
+            ExecRequest request{parse_command(b)};
             const std::string id = req.params["id"];
-            if (!parsed.stream) return json_response(200, exec_result_json(m.exec(id, parsed.request)));
-            // Refusals (404, 409) answer before the stream starts.
-            m.get_usable(id);
-            http::Response r;
-            r.content_type = "application/x-ndjson";
-            r.stream = [&m, id, request = std::move(parsed.request)](http::StreamSink& sink) {
-                const auto line = [&sink](const json& j) {
-                    return sink.write(j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
-                };
-                ExecSinks sinks{[&](std::string_view d) { return line(json{{"type", "stdout"}, {"data", d}}); },
-                                [&](std::string_view d) { return line(json{{"type", "stderr"}, {"data", d}}); }};
-                try {
-                    const ExecOutcome out = m.exec(id, request, &sinks);
-                    json exit = exec_result_json(out);
-                    exit.erase("stdout");
-                    if (out.start_error.empty()) exit.erase("stderr");
-                    exit["type"] = "exit";
-                    line(exit);
-                } catch (const ApiError& e) {
-                    line(json{{"type", "error"}, {"error", {{"code", e.code()}, {"message", e.what()}}}});
-                }
-            };
-            return r;
+            return exec_answer(
+                b.boolean("stream").value_or(false), output_encoding(b), [&m, id] { m.get_usable(id); },
+                [&m, id, request = std::move(request)](const ExecSinks* sinks) { return m.exec(id, request, sinks); });
         });
 }
 

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "api/daemon/api_error.hpp"
+#include "vmm/text_encoding.hpp"
 
 namespace nanovm::daemon {
 
@@ -84,16 +85,23 @@ json file_info_json(const std::string& path, const std::string& name, const agen
                 {"mtime", rfc3339(info.mtime_ns / 1000000)}};
 }
 
-json exec_result_json(const ExecOutcome& o) {
+json exec_result_json(const ExecOutcome& o, bool base64) {
     const agent::ExitStatus& st = o.result.status;
-    json j{{"stdout", o.result.stdout_data},
-           {"stderr", o.start_error.empty() ? o.result.stderr_data : o.start_error + "\n"},
+    const auto text = [base64](std::string_view bytes) { return base64 ? base64_encode(bytes) : utf8_sanitize(bytes); };
+    json j{{"stdout", text(o.result.stdout_data)},
+           {"stderr", text(o.start_error.empty() ? o.result.stderr_data : o.start_error + "\n")},
            {"exit_code", st.shell_code()},
            {"signal", st.signaled ? json(st.value) : json(nullptr)},
            {"timed_out", st.timed_out},
            {"output_truncated", o.result.output_truncated},
            {"duration_ms", o.duration_ms}};
     return j;
+}
+
+std::vector<std::string> guest_errors(std::vector<std::string> more) {
+    for (const char* code : {"sandbox_not_found", "wrong_state", "sandbox_paused", "sandbox_archived", "vm_error"})
+        more.push_back(code);
+    return more;
 }
 
 void check_guest_path(const std::string& path) {

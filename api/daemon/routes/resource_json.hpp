@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -24,13 +25,19 @@ std::string rfc3339(int64_t unix_ms);
 nlohmann::json sandbox_json(const store::SandboxRecord& r, const std::optional<ArchiveProgress>& progress = std::nullopt);
 nlohmann::json snapshot_json(SandboxManager& manager, const store::SnapshotRecord& s);
 nlohmann::json file_info_json(const std::string& path, const std::string& name, const agent::proto::FileInfo& info);
-nlohmann::json exec_result_json(const ExecOutcome& outcome);
+/// ExecResult: stdout and stderr as UTF-8 (invalid sequences U+FFFD), or with
+/// `base64` as base64 of the bytes.
+nlohmann::json exec_result_json(const ExecOutcome& outcome, bool base64 = false);
 
 /// The guest path in query parameter `name`: absolute, no NUL, no `..` component, at
 /// most 4096 bytes. Throws ApiError invalid_field (missing) or invalid_path.
 std::string guest_path(const http::Request& request, const std::string& name = "path");
 /// Checks a guest path from a body the same way. Throws ApiError invalid_path.
 void check_guest_path(const std::string& path);
+
+/// The codes of a route that reaches a sandbox's guest (sandbox_not_found,
+/// wrong_state, sandbox_paused, sandbox_archived, vm_error), after `more`.
+std::vector<std::string> guest_errors(std::vector<std::string> more = {});
 
 /// An integer query parameter in [min, max] (nullopt if absent). Throws ApiError.
 std::optional<int64_t> query_integer(const http::Request& request, const std::string& name, int64_t min, int64_t max);

@@ -45,5 +45,9 @@ void add_snapshot_routes(RouteContext& context);
 void add_template_routes(RouteContext& context);
 /// Rest states: POST /v1/sandboxes/{id}/sleep and /reboot (rest_routes.cpp).
 void add_rest_routes(RouteContext& context);
+/// /v1/sandboxes/{id}/sessions... (session_routes.cpp).
+void add_session_routes(RouteContext& context);
+/// /v1/sandboxes/{id}/commands... (command_routes.cpp).
+void add_command_routes(RouteContext& context);
 
 }  // namespace nanovm::daemon

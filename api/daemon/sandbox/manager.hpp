@@ -87,6 +87,24 @@ struct ExecSinks {
     std::function<bool(std::string_view)> on_stderr;
 };
 
+/// POST /v1/sandboxes/{id}/sessions: the shell's start (it runs as root).
+struct SessionRequest {
+    std::string cwd;               ///< "" : "/"
+    std::vector<std::string> env;  ///< "KEY=VALUE" over the agent's base environment
+};
+
+/// A background command (the agent's job; manager_commands.cpp).
+struct CommandInfo {
+    std::string id;  ///< the agent's job id, in decimal
+    std::string sandbox_id;
+    agent::JobInfo job;
+    std::optional<int64_t> ended_ms;  ///< when the daemon saw it end (wall clock, ms)
+};
+
+/// A background command's output as it is read: the stream, the offset of the
+/// chunk's first byte in it, the bytes. False: stop (the client is gone).
+using CommandOutputSink = std::function<bool(agent::proto::JobStream, uint64_t, std::string_view)>;
+
 /// POST /v1/sandboxes/{id}/snapshots.
 struct SnapshotRequest {
     bool wait_durable = false;
@@ -186,6 +204,32 @@ public:
     void make_dir(const std::string& id, const std::string& path, bool parents);
     void remove_path(const std::string& id, const std::string& path, bool recursive);
 
+    // Sessions (manager_sessions.cpp): shells whose cwd and variables carry over.
+    store::SessionRecord create_session(const std::string& id, const SessionRequest& request);
+    std::vector<store::SessionRecord> list_sessions(const std::string& id);
+    /// Runs the shell text `line` in the session (timeout 0: none). Throws ApiError
+    /// session_not_found, wrong_state (the session runs a command), as exec().
+    ExecOutcome session_exec(const std::string& id, const std::string& session_id, const std::string& line,
+                             std::chrono::seconds timeout, const ExecSinks* sinks = nullptr);
+    void remove_session(const std::string& id, const std::string& session_id);
+
+    // Background commands (manager_commands.cpp): the agent's jobs, which outlive
+    // the client and the daemon. Throw ApiError command_not_found for an unknown id.
+    CommandInfo start_command(const std::string& id, agent::Command command);
+    std::vector<CommandInfo> list_commands(const std::string& id);
+    CommandInfo get_command(const std::string& id, const std::string& command_id);
+    /// Streams what the agent keeps of the output into `sink`, then (with `follow`)
+    /// the live output until the command ends. Returns the command as it is then.
+    CommandInfo command_output(const std::string& id, const std::string& command_id, bool follow,
+                               const CommandOutputSink& sink);
+    /// Waits up to `timeout` for the end; returns the command either way.
+    CommandInfo wait_command(const std::string& id, const std::string& command_id, std::chrono::milliseconds timeout);
+    /// Feeds its stdin (then closes it with `eof`).
+    void command_stdin(const std::string& id, const std::string& command_id, std::string_view data, bool eof);
+    /// Sends `signal` to its process group (nothing if it ended); returns it after
+    /// waiting up to 2 s for its end.
+    CommandInfo kill_command(const std::string& id, const std::string& command_id, int signal);
+
     // Snapshots.
     store::SnapshotRecord snapshot(const std::string& sandbox_id, const SnapshotRequest& request);
     store::SnapshotRecord get_snapshot(const std::string& id);
@@ -241,6 +285,15 @@ private:
     /// The sandbox ready for an exec or file call (woken if sleeping); its VM id.
     std::string use(const std::string& id);
     agent::AgentClient agent_for(const std::string& id);
+    /// Runs the request `start` makes on `client` to its end, its output into
+    /// `sinks` (or collected), the agent's refusal to start it as exit 126/127 (or
+    /// given to `refused`, which throws).
+    ExecOutcome run_request(agent::AgentClient& client,
+                            const std::function<agent::RequestId(agent::OutputCallbacks)>& start,
+                            const ExecSinks* sinks,
+                            const std::function<void(const agent::AgentError&)>& refused = {});
+    /// The command as the daemon shows it (its end time noted when first seen).
+    CommandInfo command_info(const std::string& sandbox_id, const agent::JobInfo& job);
     void release(const std::string& dir);
     void watch();
     void check_sandboxes();
@@ -273,6 +326,8 @@ private:
     TemplateManager* templates_ = nullptr;
     std::mutex mutex_;  ///< slots_, and the caps' check-and-reserve
     std::map<std::string, std::shared_ptr<Slot>> slots_;
+    std::mutex commands_mutex_;
+    std::map<std::string, int64_t> command_ended_ms_;  ///< "sandbox/job" -> when first seen ended
     std::atomic<bool> stopping_{false};
     std::mutex watch_mutex_;
     std::condition_variable watch_wake_;

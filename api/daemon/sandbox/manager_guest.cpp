@@ -82,32 +82,40 @@ agent::AgentClient SandboxManager::agent_for(const std::string& id) {
 ExecOutcome SandboxManager::exec(const std::string& id, const ExecRequest& request, const ExecSinks* sinks) {
     agent::AgentClient client = agent_for(id);
     const Activity busy = hold_awake(must_get(id).id);  // autosleep waits for the command
+    return run_request(
+        client, [&](agent::OutputCallbacks callbacks) { return client.start(request.command, std::move(callbacks)); },
+        sinks);
+}
+
+ExecOutcome SandboxManager::run_request(agent::AgentClient& client,
+                                        const std::function<agent::RequestId(agent::OutputCallbacks)>& start,
+                                        const ExecSinks* sinks,
+                                        const std::function<void(const agent::AgentError&)>& refused) {
     ExecOutcome out;
     const auto t0 = Clock::now();
     try {
-        if (!sinks) {
-            out.result = client.run(request.command);
-        } else {
-            bool gone = false;
-            agent::OutputCallbacks callbacks;
+        bool gone = false;
+        agent::OutputCallbacks callbacks;
+        if (sinks) {
             callbacks.on_stdout = [&](std::string_view d) {
                 if (!gone && !sinks->on_stdout(d)) gone = true;
             };
             callbacks.on_stderr = [&](std::string_view d) {
                 if (!gone && !sinks->on_stderr(d)) gone = true;
             };
-            const agent::RequestId rid = client.start(request.command, std::move(callbacks));
-            bool cancelled = false;
-            while (!client.done(rid)) {
-                client.poll(std::chrono::milliseconds(100));
-                if (gone && !cancelled) {
-                    client.cancel(rid);  // the client went away: the command goes too
-                    cancelled = true;
-                }
-            }
-            out.result = client.wait(rid);
         }
+        const agent::RequestId rid = start(std::move(callbacks));
+        bool cancelled = false;
+        while (sinks && !client.done(rid)) {
+            client.poll(std::chrono::milliseconds(100));
+            if (gone && !cancelled) {
+                client.cancel(rid);  // the client went away: the command goes too
+                cancelled = true;
+            }
+        }
+        out.result = client.wait(rid);
     } catch (const agent::AgentError& e) {
+        if (refused) refused(e);
         // It could not start: the shell's statuses (127 not found, 126 cannot run).
         out.start_error = fmt::format("{}: {}", e.message(), e.errno_name());
         out.result.status.value = e.errno_name() == "ENOENT" || e.errno_name() == "ENOTDIR" ? 127 : 126;

@@ -117,6 +117,17 @@ CREATE TABLE archives (
   created_ms INTEGER NOT NULL
 );
 )sql",
+    // 5: sessions (store_sessions.cpp), gone with their sandbox.
+    R"sql(
+CREATE TABLE sessions (
+  id TEXT PRIMARY KEY,
+  sandbox_id TEXT NOT NULL,
+  created_ms INTEGER NOT NULL
+);
+CREATE INDEX sessions_sandbox ON sessions(sandbox_id);
+CREATE TRIGGER sessions_of_sandbox AFTER DELETE ON sandboxes
+BEGIN DELETE FROM sessions WHERE sandbox_id = OLD.id; END;
+)sql",
 };
 
 constexpr int kLatest = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));

@@ -113,6 +113,14 @@ struct ImageSource {
     int64_t dev = 0, ino = 0, bytes = 0, mtime_ns = 0;
 };
 
+/// A session: a shell in a sandbox's guest (its agent's session named by the id).
+struct SessionRecord {
+    std::string id;          ///< UUID, also the agent's session name
+    std::string sandbox_id;
+    int64_t created_ms = 0;
+    bool operator==(const SessionRecord&) const = default;
+};
+
 /// Which sandboxes list() returns: a state, a label, and a page after an id.
 struct SandboxFilter {
     std::string state;              ///< "" : any
@@ -164,6 +172,13 @@ public:
     /// The sandboxes made from template `name` that still exist (by id); forgets the
     /// ones that are gone.
     std::vector<std::string> template_sandboxes(const std::string& name);
+
+    // Sessions (store_sessions.cpp; deleting the sandbox deletes its sessions).
+    void put_session(const SessionRecord& record);
+    std::optional<SessionRecord> session(const std::string& id);
+    /// A sandbox's sessions, oldest first.
+    std::vector<SessionRecord> sessions(const std::string& sandbox_id);
+    void delete_session(const std::string& id);
 
     // Directories and references.
     /// Records a directory (kept until released and unreferenced).
