@@ -4,8 +4,9 @@
 a file read wake it; autosleep after the idle time, but not while a command runs nor
 while a guest process burns a CPU (the VMM's CPU share of a burner and of an idle
 guest are printed: they are compared, never a value near the threshold); reboot
-keeps a synced file and loses a process; a crashed guest (sysrq c) goes to error
-and reboots. TAP (numbered from 1; the wrapper renumbers).
+keeps a synced file and loses a process, also of a template-made (restored)
+sandbox; a guest's own reboot is booted again; a crashed guest (sysrq c) goes to
+error and reboots. TAP (numbered from 1; the wrapper renumbers).
 Usage: testhost_rest_checks.py NANOVM"""
 
 import os
@@ -29,7 +30,8 @@ def run():
     tap = Tap()
     ok = tap.ok
     state = tempfile.mkdtemp(prefix="nvr.", dir="/tmp")  # short: the sockets' sun_path
-    d = Daemon(nanovm, state_dir=state, args=["--autosleep-cpu", str(AUTOSLEEP_CPU)]).start()
+    # --implicit-templates 0: creates boot (a reboot over a booted disk; templates have their own checks).
+    d = Daemon(nanovm, state_dir=state, args=["--autosleep-cpu", str(AUTOSLEEP_CPU), "--implicit-templates", "0"]).start()
 
     def get_state(sid):
         return d.get(f"/v1/sandboxes/{sid}").json().get("state")
@@ -91,6 +93,20 @@ def run():
         boots = d.get(f"/v1/sandboxes/{sid}/logs/vmm?tail_bytes=65536").body
         ok("cold over its kept disks" in boots, "the VMM log says it booted over the kept disks", boots[-800:])
 
+        # A guest that reboots itself (PID 1 gets SIGTERM: guest-init announces a
+        # reboot) is booted again by the daemon the same way.
+        boot_id = "cat /proc/sys/kernel/random/boot_id"
+        first = sh(sid, boot_id)
+        d.post(f"/v1/sandboxes/{sid}/exec", {"cmd": "kill -TERM 1"}, timeout=60)
+        end, now = time.time() + 90, first
+        while time.time() < end and (now == first or now.startswith("<")):
+            time.sleep(0.5)
+            now = sh(sid, boot_id)
+        ok(len(first) == 37 and len(now) == 37 and now != first and get_state(sid) == "running" and
+           sh(sid, "cat /work/keep.txt") == "kept\n" and "its guest rebooted itself" in d.stderr(),
+           f"a guest's own reboot: the daemon boots it again over its disks (boot id {first.strip()[:8]} -> "
+           f"{now.strip()[:8]})", d.stderr()[-1500:])
+
         # A crashed guest: error, then rebooted.
         sh(sid, "echo crashme > /work/crash.txt; sync")
         d.post(f"/v1/sandboxes/{sid}/exec", {"cmd": "echo c > /proc/sysrq-trigger"}, timeout=60)
@@ -151,6 +167,25 @@ def run():
         ok(idle_share < AUTOSLEEP_CPU / 2 < burn / 2,
            f"an idle guest's VMM is far under the threshold ({idle_share:.2f}) and a burner far over ({burn:.2f})")
         d.request("DELETE", f"/v1/sandboxes/{aid}", timeout=120)
+
+        # A sandbox restored from a template (its disk a layer over the template's
+        # snapshot): a reboot boots over that chain, its own writes kept.
+        t0 = time.time()
+        nt = d.post("/v1/templates", dict(SHAPE, name="rb", setup=["echo baked > /root/baked.txt", "sync"]))
+        end = time.time() + 200
+        while nt.status == 202 and time.time() < end and d.get("/v1/templates/rb").json()["state"] == "building":
+            time.sleep(1)
+        k = d.post("/v1/sandboxes", {"template": "rb"}, timeout=120)
+        ok(k.status == 201, f"a sandbox from a template ({time.time() - t0:.1f} s)", k)
+        if k.status == 201:
+            kid = k.json()["id"]
+            sh(kid, "echo own > /root/own.txt; sync")
+            rb = d.post(f"/v1/sandboxes/{kid}/reboot", timeout=300)
+            files = sh(kid, "cat /root/baked.txt /root/own.txt")
+            ok(rb.status == 200 and rb.json()["state"] == "running" and files == "baked\nown\n",
+               f"reboot of a template-made sandbox: the template's and its own files ({files!r})", rb)
+            d.request("DELETE", f"/v1/sandboxes/{kid}", timeout=120)
+        d.request("DELETE", "/v1/templates/rb?force=true")
         print(f"# rest checks: {time.time() - started:.0f} s")
     finally:
         if d.alive():
