@@ -308,7 +308,7 @@ constexpr const char* kExecHelp =
 SandboxCommands add_sandbox_commands(CLI::App& app, SandboxOptions& o) {
     SandboxCommands c;
     c.group = app.add_subcommand("sandbox", "nanovmd's sandboxes: create, ls, get, exec, cp, snapshot, fork, pause, "
-                                            "resume, rm, session, command (through the daemon's API)");
+                                            "resume, sleep, reboot, rm, session, command (through the daemon's API)");
     c.group->require_subcommand(1);
     add_daemon_options(c.group, o.client);
     c.group->footer(std::string("IDs may be abbreviated to a unique prefix. The API: docs/api.md.\n\n") + kExitHelp);
@@ -328,7 +328,7 @@ SandboxCommands add_sandbox_commands(CLI::App& app, SandboxOptions& o) {
     c.create->add_flag("--disable-internet", o.disable_internet, "Recorded (sandboxes have no network yet)");
 
     c.ls = c.group->add_subcommand("ls", "The sandboxes: id, state, shape, source, times, labels");
-    c.ls->add_option("--state", o.state, "Only those in this state (creating, running, paused, sleeping, error)")
+    c.ls->add_option("--state", o.state, "Only those in this state (creating, running, paused, sleeping, archived, rebooting, error...)")
         ->type_name("STATE");
     c.ls->add_option("-l,--label", o.labels, "Only those with this label (repeatable: all must match)")
         ->type_name("KEY=VALUE");
@@ -371,6 +371,10 @@ SandboxCommands add_sandbox_commands(CLI::App& app, SandboxOptions& o) {
     id_arg(c.pause);
     c.resume = c.group->add_subcommand("resume", "Let a paused or sleeping sandbox run again");
     id_arg(c.resume);
+    c.sleep = c.group->add_subcommand("sleep", "Stop a sandbox's vCPUs until its next exec or file call wakes it");
+    id_arg(c.sleep);
+    c.reboot = c.group->add_subcommand("reboot", "Boot a sandbox's guest cold over its kept disk (processes are lost)");
+    id_arg(c.reboot);
     c.rm = c.group->add_subcommand("rm", "Stop and delete sandboxes (their snapshots stay)");
     c.rm->add_option("id", o.ids, "Sandbox ids")->required();
     add_sandbox_job_commands(c, o);
@@ -398,6 +402,8 @@ int run_sandbox_command(const SandboxCommands& c, const SandboxOptions& o) {
         if (*c.fork) return fork(api, o);
         if (*c.pause) return pause_resume(api, o, "pause");
         if (*c.resume) return pause_resume(api, o, "resume");
+        if (*c.sleep) return pause_resume(api, o, "sleep");
+        if (*c.reboot) return pause_resume(api, o, "reboot");
         if (*c.rm) return remove(api, o);
         if (const auto status = run_sandbox_job_command(c, o, api)) return *status;
         return kUsage;

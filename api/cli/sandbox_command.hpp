@@ -14,7 +14,7 @@
 //   sandbox cp ID:/GUEST_PATH HOST_PATH|-  |  sandbox cp HOST_PATH|- ID:/GUEST_PATH
 //   sandbox snapshot ID [--wait] [--leave-paused]                print the snapshot's id
 //   sandbox fork ID [-n N]                                       print the children's ids
-//   sandbox pause ID | resume ID | rm ID...
+//   sandbox pause ID | resume ID | sleep ID | reboot ID | rm ID...
 //
 // Every one takes --state-dir and --json. IDs may be abbreviated to a unique prefix.
 #pragma once
@@ -59,7 +59,8 @@ struct SandboxOptions {
 struct SandboxCommands {
     CLI::App* group = nullptr;
     CLI::App *create = nullptr, *ls = nullptr, *get = nullptr, *exec = nullptr, *cp = nullptr, *snapshot = nullptr,
-             *fork = nullptr, *pause = nullptr, *resume = nullptr, *rm = nullptr;
+             *fork = nullptr, *pause = nullptr, *resume = nullptr, *sleep = nullptr,
+             *reboot = nullptr, *rm = nullptr;
     // sandbox_job_commands.cpp
     CLI::App *session = nullptr, *session_create = nullptr, *session_ls = nullptr, *session_rm = nullptr;
     CLI::App *command = nullptr, *command_ls = nullptr, *command_get = nullptr, *command_logs = nullptr,

@@ -68,6 +68,7 @@ try:
 
     nobody = str(uuid.uuid4())
     for args in (["sandbox", "get", nobody], ["sandbox", "pause", nobody], ["sandbox", "resume", nobody],
+                 ["sandbox", "sleep", nobody], ["sandbox", "reboot", nobody],
                  ["sandbox", "snapshot", nobody], ["sandbox", "fork", nobody], ["sandbox", "rm", nobody],
                  ["snapshot", "get", nobody], ["snapshot", "wait", nobody], ["snapshot", "restore", nobody],
                  ["snapshot", "rm", nobody]):
