@@ -41,17 +41,23 @@ blk::LayerId make_layer(const VmPaths& p, const std::string& name, const std::st
     return header.id;
 }
 
+// A sandbox's record: the root image read-only, the upper disk writable.
+BootRecord sandbox_record(const VmPaths& p) {
+    BootRecord r;
+    r.cpus = 1;
+    r.memory_mib = 256;
+    r.image = "/images/root.ext4";
+    r.disks = {DiskOption{"/images/root.ext4", true, "nanovm-root"}, DiskOption{p.disk(), false, "nanovm-upper", 4096}};
+    return r;
+}
+
 }  // namespace
 
 TEST_CASE("boot record: written and read back", "[api][vm][boot]") {
     test::TempDir dir("boot");
     const VmPaths p{kId, dir.path()};
-    BootRecord r;
-    r.cpus = 1;
-    r.memory_mib = 256;
-    r.image = "/images/root.ext4";
+    BootRecord r = sandbox_record(p);
     r.user_disks = {"/data/x.img,ro"};
-    r.disks = {DiskOption{"/images/root.ext4", true, "nanovm-root"}, DiskOption{p.disk(), false, "nanovm-upper", 4096}};
     write_boot_record(p.boot_file(), r);
     CHECK(read_boot_record(p.boot_file()) == r);
     CHECK_THROWS_AS(read_boot_record(dir.file("missing.json")), SysError);
@@ -91,11 +97,7 @@ TEST_CASE("boot record: the current top of a writable disk", "[api][vm][boot]") 
 TEST_CASE("boot record: kept_disks puts each writable disk at its top", "[api][vm][boot]") {
     test::TempDir dir("boot");
     const VmPaths p{kId, dir.path()};
-    BootRecord r;
-    r.cpus = 1;
-    r.memory_mib = 256;
-    r.image = "/images/root.ext4";
-    r.disks = {DiskOption{"/images/root.ext4", true, "nanovm-root"}, DiskOption{p.disk(), false, "nanovm-upper", 4096}};
+    const BootRecord r = sandbox_record(p);
     write_boot_record(p.boot_file(), r);
     CHECK(kept_disks(p) == r);  // never snapshotted: the raw disk
     make_layer(p, kId + "-disk1-1.layer", "", {}, false);
