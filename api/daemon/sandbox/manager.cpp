@@ -329,6 +329,11 @@ void SandboxManager::recover_and_watch() {
         if (!r.vm_id.empty()) known_vms.insert(r.vm_id);
         if (!holds_resources(st)) continue;
         const vm::Adoption a = vms_.adopt(r.vm_id);
+        if (a.state == vm::Adoption::State::dead && allowed(SandboxOp::vmm_died, st) && vms_.ended_in_reboot(r.vm_id)) {
+            // Its guest rebooted itself while no daemon ran: the watcher boots it again.
+            log_line(fmt::format("sandbox {}: its guest rebooted itself while the daemon was down", r.id));
+            continue;
+        }
         if (a.state != vm::Adoption::State::ready) {
             if (a.state != vm::Adoption::State::dead && a.state != vm::Adoption::State::missing) vms_.stop(r.vm_id);
             set_state(r, SandboxState::error,
