@@ -20,7 +20,7 @@ from daemon_harness import Daemon, Tap, main_guard  # noqa: E402
 
 SHAPE = {"cpus": 1, "memory_mb": 256}
 # A process that keeps counting in the background (its own session: it outlives the exec).
-COUNTER = ("setsid nohup sh -c 'i=0; while :; do i=$((i+1)); echo $i > /work/counter; sleep 0.5; done' "
+COUNTER = ("setsid nohup sh -c 'i=0; while :; do i=$((i+1)); echo $i > /work/counter.new; mv /work/counter.new /work/counter; sleep 0.5; done' "
            "</dev/null >/dev/null 2>&1 &")
 
 

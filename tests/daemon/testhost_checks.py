@@ -19,7 +19,10 @@ from daemon_harness import Daemon, Tap, main_guard  # noqa: E402
 
 SHAPE = {"cpus": 1, "memory_mb": 256}
 # A process that keeps counting in the background (its own session: it outlives the exec).
-COUNTER = ("setsid sh -c 'i=0; while true; do i=$((i+1)); echo $i > /work/counter; sleep 0.5; done' "
+# Each count replaces the file whole (a rename): `echo $i > file` truncates first, and a
+# read between the truncation and the write saw an empty file (the check failed 1 of ~5 runs).
+COUNTER = ("setsid sh -c 'i=0; while true; do i=$((i+1)); echo $i > /work/counter.new; "
+           "mv /work/counter.new /work/counter; sleep 0.5; done' "
            "</dev/null >/dev/null 2>&1 &")
 
 
