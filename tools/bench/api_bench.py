@@ -70,6 +70,12 @@ def main():
             if daemon.poll() is not None:
                 sys.exit(f"api bench: the daemon exited {daemon.returncode}")
             time.sleep(0.1)
+        if int(a.rounds) == 0:  # the archive rounds alone
+            result = {"case": "api", "where": a.where, "rounds": 0}
+            result.update(archive_bench.run(sock, os.path.join(state, "daemon.log"), int(a.archive_rounds),
+                                            int(a.cpus), int(a.memory)))
+            print(json.dumps(result), flush=True)
+            return
         bench = subprocess.run([a.bench, "--socket", sock, "--run-dir", os.path.join(scratch, "api-bench-direct"),
                                 "--where", a.where, "--rounds", a.rounds, "--exec-runs", a.exec_runs,
                                 "--file-runs", a.file_runs, "--pause-runs", a.pause_runs, "--cpus", a.cpus,

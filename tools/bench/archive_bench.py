@@ -48,7 +48,7 @@ def run(sock, daemon_log, rounds, cpus, memory, fill_mib=256):
     sid = _post(sock, "/v1/sandboxes", {"cpus": cpus, "memory_mb": memory}, timeout=600)["id"]
     t0 = time.time()
     filled = _post(sock, f"/v1/sandboxes/{sid}/exec",
-                   {"cmd": f"head -c {fill_mib}M /dev/urandom > /work/fill && sync && stat -c %s /work/fill",
+                   {"cmd": f"mkdir -p /work && head -c {fill_mib}M /dev/urandom > /work/fill && sync && stat -c %s /work/fill",
                     "timeout_s": 3600})
     fill_s = time.time() - t0
     if filled.get("stdout", "").strip() != str(fill_mib << 20):
