@@ -45,7 +45,15 @@ LOG_LINE = re.compile(r"archived (\d+) MiB into (\d+) MiB \(.*?, (\d+) zstd work
 
 
 def run(sock, daemon_log, rounds, cpus, memory, fill_mib=256):
-    sid = _post(sock, "/v1/sandboxes", {"cpus": cpus, "memory_mb": memory}, timeout=600)["id"]
+    sid = None
+    for _ in range(600):  # the first create of a shape answers 503 while its template is built
+        try:
+            sid = _post(sock, "/v1/sandboxes", {"cpus": cpus, "memory_mb": memory}, timeout=600)["id"]
+            break
+        except RuntimeError as e:
+            if "template_building" not in str(e):
+                raise
+            time.sleep(1)
     t0 = time.time()
     filled = _post(sock, f"/v1/sandboxes/{sid}/exec",
                    {"cmd": f"mkdir -p /work && head -c {fill_mib}M /dev/urandom > /work/fill && sync && stat -c %s /work/fill",
