@@ -11,6 +11,7 @@ snapshot; everything deleted leaves no template or VM directory. TAP (numbered f
 Usage: testhost_templates.py NANOVM"""
 
 import os
+import re
 import sys
 import tempfile
 import time
@@ -118,8 +119,9 @@ def run():
         ok(fs_.status == 201 and sh(fs_.json()["id"], "cat /root/a.txt") == "from-a\n",
            "after the snapshot is deleted, a sandbox from that template has the snapshot's file", fs_)
 
-        # --warm 1: a VM restored ahead from the template; the next create takes it (its
-        # hostname is that VM's id) and runs as its own sandbox.
+        # --warm 1: a VM restored ahead from the template; the next create takes it (the
+        # daemon's log names the warm VM it took) and runs as its own sandbox, with its
+        # own id as hostname like every sandbox.
         d.stop()
         d = Daemon(nanovm, state_dir=state, args=["--warm", "1"]).start()
         vms = os.path.join(state, "vms")
@@ -129,15 +131,18 @@ def run():
         while time.time() < end and len(set(os.listdir(vms)) - before) < 2:
             time.sleep(0.5)
         time.sleep(1)  # its agent answered: recorded as warm
-        h1 = sh(w1.json()["id"], "hostname").strip() if w1.status == 201 else ""
-        warm = set(os.listdir(vms)) - before - {h1}
+        made = set(os.listdir(vms)) - before
         t0 = time.time()
         w2, _ = d.create(SHAPE, deadline_s=60)
         ms = (time.time() - t0) * 1000
-        h2 = sh(w2.json()["id"], "hostname").strip() if w2.status == 201 else ""
-        ok(w2.status == 201 and len(warm) == 1 and h2 in warm and h2 != h1 and
-           sh(w2.json()["id"], "echo ok") == "ok\n",
-           f"--warm 1: the next create takes the VM restored ahead ({h2} of {sorted(warm)}; {ms:.0f} ms)", w2)
+        w2_id = w2.json()["id"] if w2.status == 201 else "?"
+        took = re.search(r"sandbox " + re.escape(w2_id) + r": took warm VM ([0-9a-f]+)", d.stderr())
+        h1 = sh(w1.json()["id"], "hostname").strip() if w1.status == 201 else ""
+        h2 = sh(w2_id, "hostname").strip() if w2.status == 201 else ""
+        ok(w2.status == 201 and took is not None and took.group(1) in made and
+           h1 == w1.json()["id"] and h2 == w2_id and sh(w2_id, "echo ok") == "ok\n",
+           f"--warm 1: the next create takes the VM restored ahead ({took.group(1) if took else None} of "
+           f"{sorted(made)}; {ms:.0f} ms), hostnames are the sandboxes' ids ({h1}, {h2})", w2)
 
         # Everything deleted: no template, snapshot or VM directory left (once the warm
         # VM made behind the last create is there: deleting its template stops it).

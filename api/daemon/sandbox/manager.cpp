@@ -219,11 +219,24 @@ SandboxRecord SandboxManager::create_from_template(const TemplateUse& from, cons
     templates_->made_sandbox(from.name, r.id);
     if (const auto warm = templates_->take_warm(from.name)) {
         // A VM restored from the template ahead (template_manager.hpp "Warm VMs").
+        // It was restored before this sandbox's id existed: its agent gives the guest
+        // the sandbox id as hostname now, as a launched sandbox gets it (and reseeds
+        // its RNG once more). A VM that cannot is stopped and the create restores.
+        try {
+            agent::AgentClient client = vms_.agent(warm->vm_id);
+            agent::resync_guest(client, r.id);
+        } catch (const std::exception& e) {
+            log_line(fmt::format("sandbox {}: warm VM {} of template {} refused its hostname ({}): restoring instead",
+                                 r.id, warm->vm_id, from.name, e.what()));
+            vms_.stop(warm->vm_id);
+            return launch(std::move(r), from.restore_dir, from.standby_sockets);
+        }
         const auto s = slot(r.id);
         std::lock_guard op(s->op);
         r.vm_id = warm->vm_id;
         set_state(r, SandboxState::running);
         store_.add_dir(warm->dir, "vm", r.id);  // its owner now (its references stay)
+        log_line(fmt::format("sandbox {}: took warm VM {} of template {}", r.id, r.vm_id, from.name));
         return r;
     }
     return launch(std::move(r), from.restore_dir, from.standby_sockets);
