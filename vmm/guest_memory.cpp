@@ -18,21 +18,14 @@ namespace {
 
 constexpr uint64_t kPmdBytes = 2 * MiB;
 
-/// `size` bytes of address space (PROT_NONE) starting on a 2 MiB boundary. With
-/// `guard_below`, the page below the start stays reserved as well (PROT_NONE, for the
-/// life of the process: 4 KiB of address space, no memory), so that no later mapping
-/// can end on that 2 MiB boundary: glibc puts the next thread's stack right below, and
-/// an 8 MiB stack whose top block is a whole aligned 2 MiB gets a transparent huge page
-/// at its first touch (2 MiB of RSS for a few KiB of stack, measured in the test host).
-uint8_t* reserve_aligned(uint64_t size, bool guard_below = false) {
-    const uint64_t guard = guard_below ? kPageSize : 0;
-    const uint64_t reserved = size + kPmdBytes + guard;
-    void* base = ::mmap(nullptr, reserved, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+/// `size` bytes of address space (PROT_NONE) starting on a 2 MiB boundary.
+uint8_t* reserve_aligned(uint64_t size) {
+    void* base = ::mmap(nullptr, size + kPmdBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (base == MAP_FAILED) throw_errno("mmap(reserve guest RAM address space)");
     const uintptr_t b = reinterpret_cast<uintptr_t>(base);
-    const uintptr_t a = (b + guard + kPmdBytes - 1) & ~(kPmdBytes - 1);
-    if (a - guard > b) ::munmap(base, a - guard - b);
-    if (b + reserved > a + size) ::munmap(reinterpret_cast<void*>(a + size), b + reserved - (a + size));
+    const uintptr_t a = (b + kPmdBytes - 1) & ~(kPmdBytes - 1);
+    if (a > b) ::munmap(base, a - b);
+    if (b + kPmdBytes > a) ::munmap(reinterpret_cast<void*>(a + size), b + kPmdBytes - a);
     return reinterpret_cast<uint8_t*>(a);
 }
 
@@ -46,9 +39,8 @@ MemoryRegion map_region(Gpa gpa, uint64_t size, uint32_t slot) {
     region.memfd = Fd(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
     if (!region.memfd) throw_errno("memfd_create");
     if (::ftruncate(region.memfd.get(), static_cast<off_t>(size)) != 0) throw_errno("ftruncate(guest RAM)");
-    // 2 MiB aligned, so that a fork's mremap moves whole page tables (move_pgt_entry)
-    // and huge pages can back it.
-    uint8_t* at = reserve_aligned(size, /*guard_below=*/true);
+    // 2 MiB aligned, so that a fork's mremap moves whole page tables (move_pgt_entry).
+    uint8_t* at = reserve_aligned(size);
     void* host = ::mmap(at, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE | MAP_FIXED,
                         region.memfd.get(), 0);
     if (host == MAP_FAILED) {
@@ -57,12 +49,6 @@ MemoryRegion map_region(Gpa gpa, uint64_t size, uint32_t slot) {
         throw SysError("mmap(guest RAM)", err);
     }
     region.host = static_cast<uint8_t*>(host);
-    // Transparent huge pages for guest RAM where the host gives shmem huge pages on
-    // request (/sys/kernel/mm/transparent_hugepage/shmem_enabled "advise"; "always" and
-    // "within_size" need no request; "never", Linux's default, ignores it). KVM maps
-    // the guest's 2 MiB pages in one nested page fault each instead of 512: a boot
-    // touches ~40 MiB, ~10k faults at 4 KiB. Failure only costs that speed.
-    (void)::madvise(host, size, MADV_HUGEPAGE);
     return region;
 }
 

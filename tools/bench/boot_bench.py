@@ -5,20 +5,7 @@ For each run: wall time from exec to the guest's ready line on the console
 ("nanovm-init: ready uptime_ms=..."), the guest's own uptime at that line, and the
 VMM's RSS overhead = process RSS minus the resident part of the guest-RAM mapping
 (from /proc/PID/smaps), both in MiB, sampled right after the ready line while the
-guest idles, and how much of that RAM huge pages map. Prints a table, then one JSON
-line (tools/bench/run conventions).
-
-Like with like: both VMMs get a serial console, a CMOS RTC, the in-kernel PIT/PIC/
-IOAPIC and one virtio-rng on virtio-mmio (nanovm's default set; QEMU's microvm gets
-virtio-rng-device, modern virtio-mmio as nanovm's). Guest RAM: QEMU's is anonymous
-memory, which gets transparent huge pages under the host's default
-(transparent_hugepage/enabled "always"); nanovm's is a memfd (its snapshots and forks
-freeze it), which gets them only with transparent_hugepage/shmem_enabled "advise" (or
-"always"/"within_size"), Linux's default being "never". The bench leaves the host as
-it is; --shmem-thp advise (test host only: a throwaway VM where it runs as root) sets
-"advise" for its run, to measure nanovm on huge pages (README: "Guest RAM and huge
-pages": snapshots and forks of such RAM are not ready yet). The JSON names the setting
-(host_shmem_enabled) and how much guest RAM huge pages map (*_ram_huge_mib).
+guest idles. Prints a table, then one JSON line (tools/bench/run conventions).
 """
 import argparse
 import json
@@ -32,30 +19,16 @@ import time
 
 READY = re.compile(rb"nanovm-init: ready uptime_ms=(\d+) cpus=")
 GUEST_MIB = 512
-SHMEM_ENABLED = "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
 # After its ready line the guest idles in a console shell; the harness samples RSS,
 # then kills the VMM (QEMU microvm has no i8042, so it could not see a reboot=k reset).
 BASE_CMDLINE = "console=ttyS0 reboot=k panic=-1 quiet"
 
 
-def shmem_enabled():
-    """The host's shmem THP setting (the bracketed word), or "unknown"."""
-    try:
-        with open(SHMEM_ENABLED) as f:
-            m = re.search(r"\[(\w+)\]", f.read())
-        return m.group(1) if m else "unknown"
-    except OSError:
-        return "unknown"
-
-
 def guest_ram_rss_kib(pid, guest_bytes):
-    """Resident KiB of the process, resident KiB of the mappings that hold guest RAM
-    (nanovm's memfds, nanovm-ram-*, or for QEMU anonymous/shared mappings at least half
-    as big as RAM) and KiB of that RAM mapped by huge pages (AnonHugePages +
-    ShmemPmdMapped)."""
+    """Resident KiB of the mappings that hold guest RAM: nanovm's memfds
+    (nanovm-ram-*) or, for QEMU, anonymous/shared mappings at least as big as RAM."""
     total_rss = 0
     ram_rss = 0
-    ram_huge = 0
     current_is_ram = False
     with open(f"/proc/{pid}/smaps") as f:
         for line in f:
@@ -71,9 +44,7 @@ def guest_ram_rss_kib(pid, guest_bytes):
                 total_rss += kib
                 if current_is_ram:
                     ram_rss += kib
-            elif head and head[0] in ("AnonHugePages:", "ShmemPmdMapped:") and current_is_ram:
-                ram_huge += int(head[1])
-    return total_rss, ram_rss, ram_huge
+    return total_rss, ram_rss
 
 
 def one_run(cmd, guest_bytes, timeout_s=120):
@@ -82,7 +53,7 @@ def one_run(cmd, guest_bytes, timeout_s=120):
                             stdin=subprocess.DEVNULL)
     buf = b""
     wall_ms = uptime_ms = None
-    overhead_mib = huge_mib = None
+    overhead_mib = None
     deadline = t0 + timeout_s
     os.set_blocking(proc.stdout.fileno(), True)
     while time.monotonic() < deadline:
@@ -95,9 +66,8 @@ def one_run(cmd, guest_bytes, timeout_s=120):
             wall_ms = (time.monotonic() - t0) * 1000.0
             uptime_ms = int(m.group(1))
             try:
-                total, ram, huge = guest_ram_rss_kib(proc.pid, guest_bytes)
+                total, ram = guest_ram_rss_kib(proc.pid, guest_bytes)
                 overhead_mib = (total - ram) / 1024.0
-                huge_mib = huge / 1024.0
             except OSError:
                 pass
             proc.kill()
@@ -110,7 +80,7 @@ def one_run(cmd, guest_bytes, timeout_s=120):
     if wall_ms is None:
         sys.stderr.write(f"run failed (exit {proc.returncode}): {' '.join(cmd)}\n"
                          + buf[-2000:].decode(errors="replace") + "\n")
-    return wall_ms, uptime_ms, overhead_mib, huge_mib
+    return wall_ms, uptime_ms, overhead_mib
 
 
 def med(xs):
@@ -126,14 +96,7 @@ def main():
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--cpus", type=int, default=1)
     ap.add_argument("--where", default="native")
-    ap.add_argument("--shmem-thp", choices=["host", "advise"], default="host")
     args = ap.parse_args()
-    if args.shmem_thp == "advise":
-        if args.where != "testhost":
-            sys.exit("--shmem-thp advise changes a host-wide setting: only in the test host")
-        with open(SHMEM_ENABLED, "w") as f:
-            f.write("advise")
-    thp = shmem_enabled()
     guest_bytes = GUEST_MIB * 1024 * 1024
     cmdline = BASE_CMDLINE
     systems = {
@@ -145,31 +108,27 @@ def main():
         systems["qemu"] = [qemu, "-M", "microvm,acpi=off,rtc=on", "-enable-kvm", "-cpu", "host",
                            "-smp", str(args.cpus), "-m", str(GUEST_MIB), "-nodefaults",
                            "-no-user-config", "-nographic", "-serial", "stdio", "-no-reboot",
-                           "-kernel", args.kernel, "-initrd", args.initrd, "-append", cmdline,
-                           "-global", "virtio-mmio.force-legacy=false", "-device", "virtio-rng-device"]
-    results = {name: {"wall": [], "uptime": [], "rss": [], "huge": []} for name in systems}
+                           "-kernel", args.kernel, "-initrd", args.initrd, "-append", cmdline]
+    results = {name: {"wall": [], "uptime": [], "rss": []} for name in systems}
     for _ in range(args.runs):
         for name, cmd in systems.items():  # interleaved
-            wall, uptime, rss, huge = one_run(cmd, guest_bytes)
+            wall, uptime, rss = one_run(cmd, guest_bytes)
             results[name]["wall"].append(wall)
             results[name]["uptime"].append(uptime)
             results[name]["rss"].append(rss)
-            results[name]["huge"].append(huge)
 
     out = {"case": "boot", "where": args.where, "runs": args.runs, "guest_mib": GUEST_MIB,
-           "cpus": args.cpus, "devices": "serial,rtc,virtio-rng", "host_shmem_enabled": thp}
+           "cpus": args.cpus}
     print(f"boot benchmark ({args.where}, {args.runs} interleaved runs, {args.cpus} vCPU, "
-          f"{GUEST_MIB} MiB, medians; both: serial, RTC, virtio-rng; host shmem THP: {thp})")
-    print(f"{'system':8} {'exec->ready ms':>15} {'guest uptime ms':>16} {'RSS overhead MiB':>17} "
-          f"{'RAM in huge pages MiB':>22} {'failed':>7}")
+          f"{GUEST_MIB} MiB, medians)")
+    print(f"{'system':8} {'exec->ready ms':>15} {'guest uptime ms':>16} {'RSS overhead MiB':>17} {'failed':>7}")
     for name, r in results.items():
-        wall, up, rss, huge = med(r["wall"]), med(r["uptime"]), med(r["rss"]), med(r["huge"])
+        wall, up, rss = med(r["wall"]), med(r["uptime"]), med(r["rss"])
         failed = sum(1 for w in r["wall"] if w is None)
-        print(f"{name:8} {wall!s:>15} {up!s:>16} {rss!s:>17} {huge!s:>22} {failed:>7}")
+        print(f"{name:8} {wall!s:>15} {up!s:>16} {rss!s:>17} {failed:>7}")
         out[f"{name}_boot_ms"] = wall
         out[f"{name}_guest_uptime_ms"] = up
         out[f"{name}_rss_overhead_mib"] = rss
-        out[f"{name}_ram_huge_mib"] = huge
         out[f"{name}_failed_runs"] = failed
     if out.get("nanovm_boot_ms") and out.get("qemu_boot_ms"):
         out["qemu_over_nanovm_boot_ratio"] = round(out["qemu_boot_ms"] / out["nanovm_boot_ms"], 2)
