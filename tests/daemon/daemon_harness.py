@@ -97,6 +97,13 @@ class Daemon:
         except OSError:
             return ""
 
+    def print_stderr_tail(self, limit=3000):
+        """The end of the daemon's stderr (its last `limit` characters) as TAP comments:
+        what a test script prints after a failed check."""
+        print("# daemon stderr (end):")
+        for line in self.stderr()[-limit:].splitlines():
+            print("# " + line)
+
     def token(self):
         with open(os.path.join(self.state_dir, "token")) as f:
             return f.read().strip()

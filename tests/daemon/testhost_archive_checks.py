@@ -192,9 +192,7 @@ def run():
         for pid in live_vmms(state):
             os.kill(pid, signal.SIGKILL)
         if tap.failed:
-            print("# daemon stderr (end):")
-            for line in d.stderr()[-3000:].splitlines():
-                print("# " + line)
+            d.print_stderr_tail()
     return tap.done()
 
 

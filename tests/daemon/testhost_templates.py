@@ -161,9 +161,7 @@ def run():
         if d.alive():
             d.stop()
         if tap.failed:
-            print("# daemon stderr (end):")
-            for line in d.stderr()[-3000:].splitlines():
-                print("# " + line)
+            d.print_stderr_tail()
     return tap.done()
 
 
