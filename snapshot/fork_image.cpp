@@ -15,6 +15,7 @@
 #include "snapshot/frozen_ram.hpp"
 #include "snapshot/manifest.hpp"
 #include "snapshot/memory_layer.hpp"
+#include "snapshot/ram_verify.hpp"
 #include "snapshot/snapshot_error.hpp"
 #include "snapshot/vm_state.hpp"
 #include "vmm/error.hpp"
@@ -57,12 +58,15 @@ ForkImage freeze_for_fork(const Kvm& kvm, Machine& machine, std::string devices,
             image.base_chain.push_back({std::filesystem::absolute(layer.path()).lexically_normal().string(),
                                         layer.checksum()});
 
+    if (ram_verify_enabled()) image.page_sums = guest_page_checksums(memory);
+
     t = Clock::now();
     switch (memory.backing()) {
         case GuestMemory::Backing::memfd:
         case GuestMemory::Backing::lazy_memfd: {
             // Frozen in place as a snapshot freezes it; finish_fork releases and seals.
             FrozenRam ram = freeze_ram(memory, uffd);
+            if (!image.page_sums.empty()) watch_frozen_layer(ram.memfds, ram.bytes, image.page_sums, "fork layer");
             image.memfds = std::exchange(ram.memfds, {});
             image.retired = std::move(ram.retired);
             image.freeze_ms = ms_since(t);
@@ -76,7 +80,17 @@ ForkImage freeze_for_fork(const Kvm& kvm, Machine& machine, std::string devices,
                 if (!fd) throw_errno("dup(guest RAM memfd)");
                 image.memfds.push_back(std::move(fd));
             }
-            image.delta = write_fork_delta(memory, private_pages(memory), image.delta_pages);
+            const PageBitmap own = private_pages(memory);
+            image.delta = write_fork_delta(memory, own, image.delta_pages);
+            if (!image.page_sums.empty()) {
+                // The layer's pages are the RAM's except where this VM has its own.
+                std::vector<uint32_t> layer = image.page_sums;
+                for (uint64_t p = 0; p < layer.size(); ++p)
+                    if (page_set(own, p)) layer[p] = kUnknownPageSum;
+                std::vector<uint64_t> bytes;
+                for (const MemoryRegion& r : memory.regions()) bytes.push_back(r.size);
+                watch_frozen_layer(image.memfds, bytes, std::move(layer), "fork layer under a delta");
+            }
             image.freeze_ms = ms_since(t);
             return image;  // nothing to remap: this VM goes on as it was
         }

@@ -58,6 +58,9 @@ struct ForkImage {
     uint64_t copied_pages = 0;   ///< pages copied into fresh memfds (a file-backed or uffd-backed parent)
     double state_ms = 0;         ///< capture + encoding of vm.state, ms
     double freeze_ms = 0;        ///< copy (if any) + remapping + sealing, ms
+    /// crc32c per page of the RAM at the freeze, only with NANOVM_DEBUG_RAM_VERIFY=1
+    /// (snapshot/ram_verify.hpp); empty otherwise.
+    std::vector<uint32_t> page_sums;
 };
 
 /// Freezes the RAM of a paused `machine` (devices quiesced: nothing may touch guest

@@ -11,6 +11,7 @@
 
 #include "snapshot/crc32c.hpp"
 #include "snapshot/frozen_ram.hpp"
+#include "snapshot/ram_verify.hpp"
 #include "snapshot/manifest.hpp"
 #include "snapshot/prefetch_list.hpp"
 #include "snapshot/snapshot_error.hpp"
@@ -103,8 +104,11 @@ std::unique_ptr<PendingSnapshot> start_full_snapshot(const Kvm& kvm, Machine& ma
     if (mode == CopyMode::freeze && freeze_unsupported_reason(memory, uffd).empty()) {
         dirty_ms = ms_since(t);
         t = Clock::now();
+        std::vector<uint32_t> sums;
+        if (ram_verify_enabled()) sums = guest_page_checksums(memory);
         content.frozen = std::make_unique<FrozenRam>(freeze_ram(memory, uffd));
         freeze_ms = ms_since(t);
+        if (!sums.empty()) watch_frozen_layer(content.frozen->memfds, content.frozen->bytes, std::move(sums), "snapshot layer");
     } else {
         content.pages = populated_pages(memory);
         dirty_ms = ms_since(t);

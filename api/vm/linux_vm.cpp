@@ -24,6 +24,7 @@
 #include "devices/virtio/blk/block_device.hpp"
 #include "snapshot/fork_image.hpp"
 #include "snapshot/manifest.hpp"
+#include "snapshot/ram_verify.hpp"
 #include "snapshot/snapshot_error.hpp"
 #include "snapshot/state_file.hpp"
 #include "vmm/error.hpp"
@@ -239,6 +240,8 @@ LinuxVm::LinuxVm(const std::string& dir, snapshot::MemoryBackend backend,
     } else {
         restored = standby ? snapshot::restore_fork(std::move(standby), dir, fork_memfds, fork_delta)
                            : snapshot::restore_fork(kvm, dir, fork_memfds, fork_delta);
+        if (snapshot::ram_verify_enabled())
+            snapshot::verify_against_page_checksums(restored.machine->memory(), dir, "fork child");
     }
     // The disk layers carry no checksums of their own: check them against the
     // manifest, once per snapshot (parts.verified; write_manifest fills it).
@@ -396,6 +399,7 @@ snapshot::ForkImage LinuxVm::fork(const LinuxSnapshotRequest& request) {
     placement->finish(true);
     // A restored VM's frozen RAM has holes that its snapshot's chain fills: the chain
     // line tells the children (snapshot::restore_fork) which.
+    if (!image.page_sums.empty()) snapshot::write_page_checksums(request.dir, image.page_sums);
     snapshot::write_manifest(request.dir, names, /*sync=*/false, snapshot::fork_base_chain(request.dir, image));
     return image;
 }
