@@ -331,10 +331,53 @@ void clean_unused_fork_bases(const RunDir& run) noexcept {
     }
 }
 
+namespace {
+
+/// True if the VMM log at `path` says its VM ended in a crash (vmm_process.cpp's
+/// "VM <id> ended: crash (...)" line).
+bool log_says_crashed(const std::string& path) noexcept {
+    std::ifstream in(path);
+    std::string line;
+    while (std::getline(in, line))
+        if (line.find(" ended: crash") != std::string::npos) return true;
+    return false;
+}
+
+/// Copies a crashed VM's vmm.log and console.log into run.crashed(), then drops the
+/// oldest copies beyond kCrashLogsKept VMs. Best effort: clean-up goes on regardless.
+void keep_crash_logs(const RunDir& run, const VmPaths& p) noexcept {
+    std::error_code ec;
+    fs::create_directories(run.crashed(), ec);
+    if (ec) return;
+    fs::copy_file(p.vmm_log(), run.crashed() + "/" + p.id + "-vmm.log", fs::copy_options::overwrite_existing, ec);
+    fs::copy_file(p.console_log(), run.crashed() + "/" + p.id + "-console.log", fs::copy_options::overwrite_existing,
+                  ec);
+    std::vector<std::pair<fs::file_time_type, std::string>> kept;  // (time, id) per -vmm.log
+    for (fs::directory_iterator it(run.crashed(), ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        constexpr std::string_view suffix = "-vmm.log";
+        if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+            continue;
+        std::error_code t_ec;
+        kept.emplace_back(fs::last_write_time(it->path(), t_ec), name.substr(0, name.size() - suffix.size()));
+    }
+    if (kept.size() <= kCrashLogsKept) return;
+    std::sort(kept.begin(), kept.end());
+    for (size_t i = 0; i + kCrashLogsKept < kept.size(); ++i) {
+        fs::remove(run.crashed() + "/" + kept[i].second + "-vmm.log", ec);
+        fs::remove(run.crashed() + "/" + kept[i].second + "-console.log", ec);
+    }
+}
+
+}  // namespace
+
 std::vector<std::string> clean_stale_vm_dirs(const RunDir& run) {
     clean_unused_fork_bases(run);
     std::vector<std::string> removed;
     for (const VmPaths& p : list_vm_dirs(run)) {
+        // A crashed VM's log says so before its VMM exits: copying it while that VMM
+        // still holds the lock is harmless (the next clean-up copies it again).
+        if (log_says_crashed(p.vmm_log())) keep_crash_logs(run, p);
         if (remove_if_dead(p)) removed.push_back(p.id);
     }
     std::error_code ec;

@@ -58,6 +58,9 @@ struct RunDir {
     std::string vms() const { return root + "/vms"; }
     /// <root>/forks: the fork bases.
     std::string forks() const { return root + "/forks"; }
+    /// <root>/crashed: the logs of VMs that crashed, kept when clean-up removes their
+    /// directories (<id>-vmm.log, <id>-console.log; the newest kCrashLogsKept).
+    std::string crashed() const { return root + "/crashed"; }
     /// The paths of VM `id` under vms() (no check that it exists).
     VmPaths vm(const std::string& id) const { return VmPaths{id, vms() + "/" + id}; }
 };
@@ -137,10 +140,15 @@ bool remove_if_dead(const VmPaths& paths);
 /// after its VMM ends, for a post-mortem, until `vm start|run|list` clean up.
 bool keep_state_requested() noexcept;
 
+/// How many crashed VMs' logs RunDir::crashed() keeps (the newest by time).
+inline constexpr size_t kCrashLogsKept = 16;
+
 /// Removes every dead VM's directory under `run`, hidden ".new-*" leftovers older
 /// than 10 minutes (a nanovm killed while creating one) and the fork bases nobody
-/// holds (clean_unused_fork_bases). Returns the ids removed. Only when the caller
-/// decides: nothing in the VM layer calls it.
+/// holds (clean_unused_fork_bases). Returns the ids removed. A VM whose vmm.log says
+/// it ended in a crash ("ended: crash") has its vmm.log and console.log copied to
+/// run.crashed() first, so that the next `vm start` does not erase the evidence.
+/// Only when the caller decides: nothing in the VM layer calls it.
 std::vector<std::string> clean_stale_vm_dirs(const RunDir& run);
 
 /// A fork's shared snapshot (nanovm vm fork): <run.forks()>/<parent id>-<random id>/

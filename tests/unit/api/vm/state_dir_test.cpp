@@ -81,6 +81,32 @@ TEST_CASE("a new VM directory is private, locked while its holder lives, and rem
     CHECK_FALSE(exists(made.paths.dir));
 }
 
+TEST_CASE("clean-up keeps a crashed VM's logs in crashed/, the newest 16, and no other VM's", "[api][vm][state]") {
+    TestRun test_run;
+    const RunDir& run = test_run.run;
+    auto dead_vm = [&](const std::string& log_line) {
+        NewVmDir made = create_vm_dir(run);
+        std::ofstream(made.paths.vmm_log()) << "nanovm: restored ...\n" << log_line << "\n";
+        std::ofstream(made.paths.console_log()) << "[    5.06] CR2: fffffe0000001ff8\n";
+        return made.paths;  // the lock goes with `made`: the VMM is dead
+    };
+    const VmPaths crashed = dead_vm("nanovm: VM x ended: crash (triple fault on vCPU 0: rip 0xfff0)");
+    const VmPaths stopped = dead_vm("nanovm: VM y ended: stopped");
+    CHECK(clean_stale_vm_dirs(run).size() == 2);
+    CHECK_FALSE(exists(crashed.dir));
+    std::ifstream kept(run.crashed() + "/" + crashed.id + "-vmm.log");
+    std::string text((std::istreambuf_iterator<char>(kept)), std::istreambuf_iterator<char>());
+    CHECK_THAT(text, Catch::Contains("ended: crash (triple fault"));
+    CHECK(exists(run.crashed() + "/" + crashed.id + "-console.log"));
+    CHECK_FALSE(exists(run.crashed() + "/" + stopped.id + "-vmm.log"));
+
+    for (size_t i = 0; i < kCrashLogsKept + 3; ++i) dead_vm("nanovm: VM z ended: crash (guest panic)");
+    clean_stale_vm_dirs(run);
+    size_t logs = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(run.crashed())) logs += entry.path().string().ends_with("-vmm.log");
+    CHECK(logs == kCrashLogsKept);
+}
+
 TEST_CASE("vmm_log_tail gives the last lines of a dead VM's log, whole lines only", "[api][vm][state]") {
     TestRun test_run;
     const RunDir& run = test_run.run;
