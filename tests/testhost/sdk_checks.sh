@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Python client (sdk/python) against a real nanovmd, run INSIDE the test host by
 # checks.sh (section "sdk"): sdk/python/tests/daemon_test.py (every client method) and
-# seed_usage_test.py (the seed documents' usage shapes), each under
+# seed_usage_test.py (the seed documents' usage shapes) and docs_examples_test.py
+# (docs/python.md's examples and the README's, as written), each under
 # tools/testhost/with-daemon (a daemon of its own). Their TAP lines are renumbered
 # into checks.sh's; a check waiting for a daemon endpoint stays "# SKIP <why>". Then the
 # README's quick start, sdk/python/examples/quickstart.py, as written.
@@ -9,7 +10,7 @@
 sd=$work/sdk
 mkdir -p "$sd"
 root=$(cd "$(dirname "$0")/../.." && pwd)
-for t in daemon_test seed_usage_test; do
+for t in daemon_test seed_usage_test docs_examples_test; do
   timeout 200 "$root/tools/testhost/with-daemon" -- python3 "$root/sdk/python/tests/$t.py" >"$sd/$t.tap" 2>"$sd/$t.stderr"
   st=$?
   relay_tap "$sd/$t.tap" "$t: "

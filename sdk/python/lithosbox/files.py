@@ -42,6 +42,7 @@ class FileInfo:
 
     @property
     def is_dir(self) -> bool:
+        """True for a directory (``type == "directory"``)."""
         return self.type == "directory"
 
     def __repr__(self) -> str:

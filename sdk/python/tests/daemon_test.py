@@ -14,10 +14,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from live import SHAPE, Live, equal, expect  # noqa: E402
 
 from lithosbox import (CommandFailedError, CommandTimedOutError, DaemonNotRunningError,  # noqa: E402
-                       InvalidRequestError, LithosBox, LithosBoxError, PathConflictError, PathNotFoundError,
-                       SandboxArchivedError, SandboxNotFoundError, SandboxPausedError, Sandbox,
-                       SessionNotFoundError, SnapshotNotFoundError, TemplateNotFoundError,
-                       WrongStateError)
+                       InvalidRequestError, LithosBox, LithosBoxError, LithosBoxTimeoutError,
+                       PathConflictError, PathNotFoundError, SandboxArchivedError, SandboxNotFoundError,
+                       SandboxPausedError, Sandbox, SessionNotFoundError, SnapshotNotFoundError,
+                       TemplateBuildingError, TemplateNotFoundError, WrongStateError)
 
 SB = "/v1/sandboxes/{id}"
 
@@ -207,6 +207,24 @@ def main() -> int:
                        "POST " + SB + "/commands/{}/stdin", "POST " + SB + "/commands/{}/kill",
                        "GET " + SB + "/commands/{}/output"))
 
+        def command_handle():
+            c = sb.run("cat; echo end >&2", background=True)
+            late = expect(LithosBoxTimeoutError, lambda: c.wait(timeout=1), "still runs")
+            c.send_stdin("part\n")
+            c.close_stdin()
+            seen = []
+            r = c.stream(on_stdout=seen.append)
+            return late is not None and not c.running and \
+                equal((r.stdout, r.stderr, r.exit_code, "".join(seen)), ("part\n", "end\n", 0, "part\n")) and \
+                equal((c.output().stdout, c.output().exit_code), ("part\n", 0))
+        t.check("a background command: wait(timeout=1) raises LithosBoxTimeoutError and it runs on; "
+                "close_stdin, stream(on_stdout=), output()", command_handle,
+                needs=("POST " + SB + "/commands", "POST " + SB + "/commands/{}/wait",
+                       "POST " + SB + "/commands/{}/stdin", "GET " + SB + "/commands/{}/output"))
+        t.check("metrics(), console_log(), wait_state('running')",
+                lambda: equal(sb.metrics().get("state"), "running") and isinstance(sb.console_log(4096), str) and
+                sb.wait_state("running", timeout=30) is sb)
+
         def sleep_wake():
             return equal(sb.sleep().state, "sleeping") and equal(sb.run("echo awake").stdout, "awake\n")
         t.check("sleep(): sleeping; the next run wakes it", sleep_wake, needs=("POST " + SB + "/sleep",))
@@ -225,8 +243,10 @@ def main() -> int:
         t.check("reboot(): running again, the file kept", reboot, needs=("POST " + SB + "/reboot",))
 
         def templates():
-            tpl = box.templates.create("sdk-test", cpus=1, memory_mb=256, setup=["echo baked > /root/baked"],
-                                       wait=True, timeout=240)
+            tpl = box.templates.create("sdk-test", cpus=1, memory_mb=256, setup=["echo baked > /root/baked"])
+            with LithosBox(template_wait=0) as impatient:  # the wait the client does for the caller, off
+                expect(TemplateBuildingError, lambda: impatient.sandboxes.create(template="sdk-test"), "template_wait")
+            tpl.wait_ready(timeout=240)
             s = box.sandboxes.create(template="sdk-test")
             made.append(s)
             listed = {x.name: x for x in box.templates.list()}
@@ -238,7 +258,8 @@ def main() -> int:
             s.delete()
             tpl.delete()
             return ok and expect(TemplateNotFoundError, lambda: box.templates.get("sdk-test"))
-        t.check("templates.create(setup=, wait=True), a sandbox from it has the setup's file; list (the implicit "
+        t.check("templates.create(setup=); while it builds a client with template_wait=0 gets "
+                "TemplateBuildingError; wait_ready(); a sandbox from it has the setup's file; list (the implicit "
                 "template too), get; delete: template_in_use while used, then TemplateNotFoundError", templates,
                 needs=("POST /v1/templates", "GET /v1/templates/{}", "DELETE /v1/templates/{}"))
 

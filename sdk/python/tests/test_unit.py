@@ -565,7 +565,8 @@ class TcpTest(FakeCase):
 
 
 class SurfaceTest(unittest.TestCase):
-    """Every public name has a docstring, and docs/python.md names every public method."""
+    """Every public name has a docstring, every public method and property type hints,
+    and docs/python.md names every public method and property."""
 
     def test_docstrings_and_docs(self):
         import inspect
@@ -583,9 +584,21 @@ class SurfaceTest(unittest.TestCase):
             if not inspect.isclass(obj) or issubclass(obj, BaseException):
                 continue
             for attr, member in vars(obj).items():
-                if attr.startswith("_") or not callable(member):
+                if attr.startswith("_"):
+                    continue
+                if isinstance(member, property):
+                    self.assertTrue(inspect.getdoc(member), f"{name}.{attr} (a property) has no docstring")
+                    self.assertIn("return", member.fget.__annotations__, f"{name}.{attr} has no type hint")
+                    if docs is not None and f"`{attr}`" not in docs:
+                        missing.append(f"{name}.{attr}")
+                    continue
+                if not callable(member):
                     continue
                 self.assertTrue(inspect.getdoc(member), f"{name}.{attr} has no docstring")
+                hints = member.__annotations__
+                unhinted = [p for p in inspect.signature(member).parameters if p not in ("self", "cls")
+                            and p not in hints] + ([] if "return" in hints else ["return"])
+                self.assertEqual(unhinted, [], f"{name}.{attr}: no type hints for these")
                 if docs is not None and f"{attr}(" not in docs:
                     missing.append(f"{name}.{attr}")
         self.assertEqual(missing, [], "public names docs/python.md does not name")
