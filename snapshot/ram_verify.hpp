@@ -5,13 +5,14 @@
 //     (ram.crc: u32 per linear page, little endian); each child compares its RAM
 //     with them after restore_fork, before its vCPUs run, and logs the result;
 //   - a freeze (a fork's or a snapshot's: frozen layer memfds) starts a watcher that
-//     compares the frozen memfds with the freeze's checksums a few times over the
-//     next ~60 s and logs any page that changed. Nothing may write a frozen layer
+//     compares the frozen memfds with the freeze's checksums at 1, 5, 20, 60, 120
+//     and 240 s and logs any page that changed. Nothing may write a frozen layer
 //     after the freeze (the VM writes its private copies), so a changed page means a
 //     writer that bypasses the host's page tables (an emulator's stale TLB entry) or
 //     a VMM write through a mapping it should not hold.
-// Both cost a read of all RAM (~1 s per 256 MiB under TCG), in the pause: never on in
-// production or CI; `tools/testhost/loop` runs with it when asked (README there).
+// Both cost a read of all RAM in the pause (a 3.9 s pause for 256 MiB in the test
+// host): never on in production or CI. Set the variable for a test-host run (NANOVM_*
+// variables reach its command; tools/testhost/README.md "The RAM check").
 // Only for RAM that is not lazily served (Backing::memfd, private_memfd): reading a
 // lazy VM's holes would fill them.
 #pragma once
