@@ -448,9 +448,16 @@ TEST_CASE("fork(4) over a frozen memfd layer: each child goes on from the parent
 namespace {
 
 // A 192 MiB / 2 vCPU counting probe restored (or forked) in this process, running
-// until stopped; `uffd` serves its RAM when it was restored.
+// until stopped; `uffd` serves its RAM when it was restored. Constructed once vCPU 0
+// has counted on: Machine::pause() is a no-op until run() is in progress, so a pause
+// right after Running started could return with the vCPUs about to start, and a
+// freeze or RAM CRC meant for a paused VM would then race them (the fork below was
+// frozen and CRC'd that way whenever write_64mib beat the run thread: ~1 run in 3).
 struct Restored {
-    explicit Restored(snapshot::RestoredMachine r) : vm(std::move(r)), running(std::make_unique<Running>(*vm.machine)) {}
+    explicit Restored(snapshot::RestoredMachine r) : vm(std::move(r)), running(std::make_unique<Running>(*vm.machine)) {
+        const uint32_t c0 = counter(machine(), 0);
+        REQUIRE(eventually([&] { return counter(machine(), 0) != c0; }));
+    }
     snapshot::RestoredMachine vm;
     std::unique_ptr<Running> running;
     Machine& machine() { return *vm.machine; }
