@@ -25,6 +25,7 @@
 // its layer; the pages it wrote since go as a delta).
 // Usage: snapshot_bench --dir DIR [--runs N] [--where native|testhost]
 //                       [--copy freeze|background|in-pause] [--forks N,N...] [--paced] [--memory-only] [--density]
+//                       [--fork-pairs N]
 // --copy: freeze (the default, what the VMM does), background (write-protect every
 // populated page in the pause, copy after it) or in-pause (copy in the pause), for
 // before/after figures in one run.
@@ -33,6 +34,15 @@
 // --density: the PSS of 8 VMs restored from one snapshot with each backend (mapped:
 // the MAP_PRIVATE file mapping before issue 18; file, uffd: memfds served by
 // userfaultfd), each reading its 256 MiB; one JSON line.
+// --fork-pairs N: just fork n of a booted parent and of a restored one, N rounds back
+// to back, for a comparison within one run on a busy machine (one table, one JSON line).
+// Fork parts: _child_restore_call_max (the child's restore call), _child_memory_max
+// (its layer mapped, and a restored parent's chain opened and served: serve_chain),
+// _child_vcpu<i>_moved_max (restore start -> vCPU i seen counting),
+// _child_running_max (-> both), _child_max_uffd_faults (chain pages its vCPUs waited
+// for by then). On a 2-core host the parent's two vCPUs, resumed first, hold both CPUs
+// while a child starts: its threads then often wait for a scheduler tick (4 ms at
+// HZ=250), so fork figures move in steps of ~4 ms; compare medians of many rounds.
 // --memory-only needs no /dev/kvm: it times just the memory-file side (non-zero
 // scan + base layer write, 16 MiB diff layer, flatten, map of the flat file) of the
 // same 1024 MiB memory with 256 MiB written, so it runs on any build machine.
@@ -317,7 +327,7 @@ void fork_once(const Kvm& kvm, Machine& parent, snapshot::UffdServer* uffd, cons
         for (int k = 0; k < count; ++k) children.push_back(spawn_child(args));
     }
     Clock::time_point last_running = t;
-    double restore_call = 0, in_child = 0;
+    double restore_call = 0, in_child = 0, uffd_faults = 0, memory = 0, moved0 = 0, moved1 = 0;
     std::vector<std::map<std::string, std::string>> outs;
     for (Child& c : children) outs.push_back(collect(c));  // all reaped before any check throws
     // The parent's old mappings go once the children run (the VMM does it on an
@@ -331,10 +341,18 @@ void fork_once(const Kvm& kvm, Machine& parent, snapshot::UffdServer* uffd, cons
         last_running = std::max(last_running, running_at(out));
         restore_call = std::max(restore_call, std::stod(out.at("restore_ms")));
         in_child = std::max(in_child, std::stod(out.at("running_ms")));
+        if (out.count("uffd_faults_running")) uffd_faults = std::max(uffd_faults, std::stod(out.at("uffd_faults_running")));
+        memory = std::max(memory, std::stod(out.at("memory_ms")));
+        moved0 = std::max(moved0, std::stod(out.at("moved0_ms")));
+        moved1 = std::max(moved1, std::stod(out.at("moved1_ms")));
     }
     f.add(key, std::chrono::duration<double, std::milli>(last_running - t).count());
     f.add(key + "_child_restore_call_max", restore_call);
     f.add(key + "_child_running_max", in_child);  // the child's restore start -> its vCPUs run
+    if (uffd) f.add(key + "_child_max_uffd_faults", uffd_faults);  // chain pages its vCPUs waited for, by then
+    f.add(key + "_child_memory_max", memory);  // the layer mapped (and the chain served)
+    f.add(key + "_child_vcpu0_moved_max", moved0);  // restore start -> vCPU 0 seen counting
+    f.add(key + "_child_vcpu1_moved_max", moved1);
 }
 
 const char* copy_mode_name(snapshot::CopyMode mode) {
@@ -492,10 +510,54 @@ int density(const Kvm& kvm, const std::string& dir, const std::string& child, co
 }
 
 
+// --fork-pairs N: the fork figures alone, for a comparison within one run on a busy
+// machine: one snapshot of a BenchVm, then N rounds of fork n (standby children) of
+// a fresh booted parent and of a fresh parent restored from that snapshot, back to
+// back; a table of medians and maxima, then one JSON line.
+int fork_pairs(const Kvm& kvm, const std::string& dir, const std::string& child, const std::string& where, int rounds,
+               const std::vector<int>& forks) {
+    std::map<std::string, Series> s;
+    const std::string src = dir + "/pairs-src";
+    {
+        BenchVm vm(kvm);
+        vm.machine.pause();
+        auto pending = snapshot::start_full_snapshot(kvm, vm.machine, src, &vm.tracker, snapshot::CopyMode::freeze);
+        vm.machine.resume();
+        pending->wait_durable();
+        vm.run.stop_checked("the source VM");
+    }
+    for (int r = 0; r < rounds; ++r) {
+        Figures f{s, {}};
+        for (const int n : forks) {
+            {
+                BenchVm vm(kvm);
+                fork_once(kvm, vm.machine, nullptr, child, "2,1024,1", n, true, fmt::format("fork{}", n), f);
+                vm.run.stop_checked("the fork parent");
+            }
+            {
+                RestoredBenchVm vm(kvm, src, 0x8888888800000000ULL + static_cast<uint64_t>(r));
+                fork_once(kvm, *vm.vm.machine, vm.vm.uffd.get(), child, "2,1024,1", n, true,
+                          fmt::format("fork{}_of_restored", n), f);
+                vm.run.stop_checked("the restored fork parent");
+            }
+        }
+    }
+    std::cout << fmt::format("fork pairs ({}), 1024 MiB / 2 vCPU probe, 256 MiB non-zero, {} rounds\n", where, rounds);
+    print(s);
+    std::string json = fmt::format("{{\"case\": \"snapshot-fork-pairs\", \"where\": \"{}\"", where);
+    for (const auto& [name, series] : s)
+        json += fmt::format(", \"nanovm_{}_ms\": {:.3f}, \"nanovm_{}_p99_ms\": {:.3f}", name, series.median(), name,
+                            series.p99());
+    std::cout << json << "}" << std::endl;
+    std::filesystem::remove_all(src);
+    return 0;
+}
+
 int run(int argc, char** argv) {
     std::string dir, where = "unknown", child = test::snapshot_child_path();
     int runs = 3;
     bool only_memory = false, paced = false, only_density = false;
+    int fork_pair_rounds = 0;
     std::vector<int> forks = {1, 4};
     snapshot::CopyMode mode = snapshot::CopyMode::freeze;
     for (int i = 1; i < argc; ++i) {
@@ -512,7 +574,8 @@ int run(int argc, char** argv) {
             only_density = true;
             continue;
         }
-        if (a == "--dir" && i + 1 < argc) dir = argv[++i];
+        if (a == "--fork-pairs" && i + 1 < argc) fork_pair_rounds = std::stoi(argv[++i]);
+        else if (a == "--dir" && i + 1 < argc) dir = argv[++i];
         else if (a == "--runs" && i + 1 < argc) runs = std::stoi(argv[++i]);
         else if (a == "--where" && i + 1 < argc) where = argv[++i];
         else if (a == "--forks" && i + 1 < argc) {
@@ -531,7 +594,8 @@ int run(int argc, char** argv) {
             else throw Error("--copy is freeze, background or in-pause");
         } else
             throw Error("usage: snapshot_bench --dir DIR [--runs N] [--where native|testhost] "
-                        "[--copy freeze|background|in-pause] [--forks N,N...] [--paced] [--memory-only] [--density]");
+                        "[--copy freeze|background|in-pause] [--forks N,N...] [--paced] [--memory-only] [--density] "
+                        "[--fork-pairs N]");
     }
     if (dir.empty()) throw Error("--dir is required");
     std::filesystem::create_directories(dir);
@@ -539,6 +603,7 @@ int run(int argc, char** argv) {
 
     const Kvm kvm = Kvm::open();
     if (only_density) return density(kvm, dir, child, where);
+    if (fork_pair_rounds > 0) return fork_pairs(kvm, dir, child, where, fork_pair_rounds, forks);
     std::cout << kRestoredPath << std::endl;
     std::map<std::string, Series> s;
     for (int r = 0; r < runs; ++r) {

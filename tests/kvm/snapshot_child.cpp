@@ -37,6 +37,9 @@
 //   running_ms=...        restore start -> every vCPU seen running (ms)
 //   running_at_ns=N       that moment on CLOCK_MONOTONIC (steady_clock; the parent
 //                         compares it with its own request time)
+//   started_ms=..., moved<i>_ms=...  restore start -> the run thread started, -> vCPU i
+//                         seen counting (ms)
+//   uffd_faults_running=N chain pages its vCPUs (and this thread) waited for by then
 //   counter<i>_after=N    and exit 1 (error=...) unless, in vCPU i's area, the values
 //                         above the restored counter are exactly restored+1 ..
 //                         counter_after, each once (no gap, no value from nowhere)
@@ -131,7 +134,7 @@ snapshot::RestoredMachine restore_fork_claim(std::unique_ptr<Machine> machine, c
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
 // --until-running: see the header comment.
-int run_until_running(Machine& machine, Clock::time_point restore_start) {
+int run_until_running(Machine& machine, Clock::time_point restore_start, const snapshot::UffdServer* uffd) {
     GuestMemory& memory = machine.memory();
     std::vector<uint32_t> restored;
     for (uint32_t i = 0; i < machine.vcpu_count(); ++i)
@@ -140,19 +143,31 @@ int run_until_running(Machine& machine, Clock::time_point restore_start) {
     test::RecordingMmio mmio;
     StopReason reason;
     std::thread runner([&] { reason = test::run_bounded(machine, pio, mmio, std::chrono::seconds(120)); });
+    const double started_ms = std::chrono::duration<double, std::milli>(Clock::now() - restore_start).count();
+    std::vector<double> moved_ms(machine.vcpu_count(), 0);  // restore start -> vCPU i seen counting
     const auto all_moved = [&] {
-        for (uint32_t i = 0; i < machine.vcpu_count(); ++i)
-            if (memory.read<uint32_t>(Gpa(test::standard_loop(i).counter)) == restored[i]) return false;
-        return true;
+        bool all = true;
+        for (uint32_t i = 0; i < machine.vcpu_count(); ++i) {
+            if (moved_ms[i] > 0) continue;
+            if (memory.read<uint32_t>(Gpa(test::standard_loop(i).counter)) == restored[i]) {
+                all = false;
+            } else {
+                moved_ms[i] = std::chrono::duration<double, std::milli>(Clock::now() - restore_start).count();
+            }
+        }
+        return all;
     };
     const auto deadline = Clock::now() + std::chrono::seconds(60);
     bool moved = false;
     while (!(moved = all_moved()) && Clock::now() < deadline)
         std::this_thread::sleep_for(std::chrono::microseconds(50));
     const auto running_at = Clock::now();
+    const uint64_t faults = uffd ? uffd->faults_served() : 0;
     machine.pause();
     std::string error;
     if (!moved) error = "the vCPUs did not run within 60 s";
+    std::cout << fmt::format("uffd_faults_running={}\nstarted_ms={:.3f}\n", faults, started_ms);
+    for (uint32_t i = 0; i < machine.vcpu_count(); ++i) std::cout << fmt::format("moved{}_ms={:.3f}\n", i, moved_ms[i]);
     std::cout << fmt::format("running_ms={:.3f}\nrunning_at_ns={}\n",
                              std::chrono::duration<double, std::milli>(running_at - restore_start).count(),
                              std::chrono::duration_cast<std::chrono::nanoseconds>(running_at.time_since_epoch()).count());
@@ -268,7 +283,7 @@ int run(int argc, char** argv) {
                              restored.state_ms);
     Machine& machine = *restored.machine;
     GuestMemory& memory = machine.memory();
-    if (until_running) return run_until_running(machine, t);
+    if (until_running) return run_until_running(machine, t, restored.uffd.get());
     if (want_ram_crc) std::cout << fmt::format("ram_crc={:#010x}\n", test::ram_crc(memory));
     if (touch_mib > 0) {
         // Reads [32 MiB, + touch_mib) (the benchmark's written data), a word per page.
