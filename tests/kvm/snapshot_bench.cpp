@@ -104,6 +104,15 @@ void fill(GuestMemory& memory, uint64_t gpa, uint64_t bytes, uint64_t salt) {
     }
 }
 
+// The JSON line: every series' median and p99 as nanovm_<name>_ms / _p99_ms.
+void print_json(const std::map<std::string, Series>& s, const std::string& case_name, const std::string& where) {
+    std::string json = fmt::format("{{\"case\": \"{}\", \"where\": \"{}\"", case_name, where);
+    for (const auto& [name, series] : s)
+        json += fmt::format(", \"nanovm_{}_ms\": {:.3f}, \"nanovm_{}_p99_ms\": {:.3f}", name, series.median(), name,
+                            series.p99());
+    std::cout << json << "}" << std::endl;
+}
+
 void print(const std::map<std::string, Series>& s) {
     std::cout << fmt::format("{:<26} {:>12} {:>12}\n", "figure (ms unless pages)", "median", "max");
     for (const auto& [name, series] : s)
@@ -544,11 +553,7 @@ int fork_pairs(const Kvm& kvm, const std::string& dir, const std::string& child,
     }
     std::cout << fmt::format("fork pairs ({}), 1024 MiB / 2 vCPU probe, 256 MiB non-zero, {} rounds\n", where, rounds);
     print(s);
-    std::string json = fmt::format("{{\"case\": \"snapshot-fork-pairs\", \"where\": \"{}\"", where);
-    for (const auto& [name, series] : s)
-        json += fmt::format(", \"nanovm_{}_ms\": {:.3f}, \"nanovm_{}_p99_ms\": {:.3f}", name, series.median(), name,
-                            series.p99());
-    std::cout << json << "}" << std::endl;
+    print_json(s, "snapshot-fork-pairs", where);
     std::filesystem::remove_all(src);
     return 0;
 }
@@ -788,11 +793,7 @@ int run(int argc, char** argv) {
     std::cout << fmt::format("snapshot bench ({}), 1024 MiB / 2 vCPU probe, 256 MiB non-zero, {} runs, copy {}\n", where,
                              runs, copy_mode_name(mode));
     print(s);
-    std::string json = fmt::format("{{\"case\": \"snapshot\", \"where\": \"{}\"", where);
-    for (const auto& [name, series] : s)
-        json += fmt::format(", \"nanovm_{}_ms\": {:.3f}, \"nanovm_{}_p99_ms\": {:.3f}", name, series.median(), name,
-                            series.p99());
-    std::cout << json << "}" << std::endl;
+    print_json(s, "snapshot", where);
     return 0;
 }
 
