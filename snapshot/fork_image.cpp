@@ -188,10 +188,35 @@ std::unique_ptr<Machine> make_fork_standby(const Kvm& kvm, const MachineInfo& sh
     return std::make_unique<Machine>(kvm, GuestMemory::create(shape.ram_bytes), restored_machine_config(shape));
 }
 
+StandbyChain serve_fork_standby(Machine& standby, const std::string& base_layer) {
+    if (standby.memory().backing() != GuestMemory::Backing::memfd)
+        throw Error("serve_fork_standby: the standby's RAM is not fresh memfds");
+    StandbyChain out;
+    out.sink = std::make_shared<UffdErrorSink>();
+    out.server = serve_chain(standby.memory(), base_layer, out.sink);
+    return out;
+}
+
 RestoredMachine restore_fork(std::unique_ptr<Machine> standby, std::span<const uint8_t> bytes,
                              std::span<const int> memfds, int delta_fd, std::string_view what,
                              const std::string& base_layer) {
+    return restore_fork(std::move(standby), StandbyChain{}, bytes, memfds, delta_fd, what, base_layer);
+}
+
+RestoredMachine restore_fork(std::unique_ptr<Machine> standby, StandbyChain chain, std::span<const uint8_t> bytes,
+                             std::span<const int> memfds, int delta_fd, std::string_view what,
+                             const std::string& base_layer) {
     if (!standby) throw Error("restore_fork: no standby machine");
+    if (chain.server) {
+        const std::string wanted =
+            base_layer.empty() ? "" : std::filesystem::absolute(base_layer).lexically_normal().string();
+        if (wanted != chain.server->chain().layers().front().path()) {
+            // Served for another chain (or none is wanted): its registration goes with
+            // it, and the RAM is plain fresh memfds again.
+            chain = {};
+            standby->memory().set_backing(GuestMemory::Backing::memfd);
+        }
+    }
     RestoredMachine out;
     auto t = Clock::now();
     const VmState state = decode_vm_state(bytes, what);
@@ -204,14 +229,25 @@ RestoredMachine restore_fork(std::unique_ptr<Machine> standby, std::span<const u
     out.state_ms = ms_since(t);
 
     t = Clock::now();
-    try {
-        // The standby's RAM never held a page: what is moved aside goes at once.
-        machine.memory().remap_private(memfds).release();
-    } catch (const Error& e) {
-        throw SnapshotError(fmt::format("{}: {}", what, e.what()));
+    // The standby's RAM never held a page: what is moved aside goes at once.
+    const auto replace = [&] {
+        try {
+            machine.memory().remap_private(memfds).release();
+        } catch (const Error& e) {
+            throw SnapshotError(fmt::format("{}: {}", what, e.what()));
+        }
+    };
+    std::shared_ptr<UffdErrorSink> sink;
+    if (chain.server) {
+        // Served ahead: its registration moves onto the frozen layer's mapping.
+        sink = std::move(chain.sink);
+        chain.server->remap(machine.memory(), replace);
+        out.uffd = std::move(chain.server);
+    } else {
+        replace();
+        sink = std::make_shared<UffdErrorSink>();
+        if (!base_layer.empty()) out.uffd = serve_chain(machine.memory(), base_layer, sink);
     }
-    auto sink = std::make_shared<UffdErrorSink>();
-    if (!base_layer.empty()) out.uffd = serve_chain(machine.memory(), base_layer, sink);
     sink->attach(&machine);
     if (delta_fd >= 0) apply_fork_delta(delta_fd, machine.memory(), fmt::format("{} (delta)", what));
     out.memory_ms = ms_since(t);

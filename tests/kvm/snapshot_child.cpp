@@ -25,7 +25,8 @@
 // from stdin, "PID STATE_FD,MEMFD[,MEMFD] [DELTA_FD]" (fds of process PID, opened
 // through /proc/PID/fd as the VMM's fork children open theirs), and goes on as a
 // --fork-fds child from there; or "restore DIR file|uffd": a restore of snapshot DIR
-// into the standby (snapshot::restore_snapshot(standby, ...)).
+// into the standby (snapshot::restore_snapshot(standby, ...)). With --fork-base the
+// standby serves that chain ahead (snapshot::serve_fork_standby) and takes forks only.
 // --mark V: right after the restore, store the dword V at GPA kMarkGpa (20 MiB);
 // after --run-ms, print mark=V' as read back then (another VM's store would show).
 //   uffd_faults=N, stop=<reason>; error=<message> and exit 1 on failure.
@@ -108,8 +109,8 @@ snapshot::MemoryBackend parse_backend(const std::string& name) {
 
 // A standby's fork claim "PID STATE_FD,MEMFD[,MEMFD] [DELTA_FD]" (fds of process PID,
 // opened through /proc/PID/fd as the VMM's fork children open theirs).
-snapshot::RestoredMachine restore_fork_claim(std::unique_ptr<Machine> machine, const std::string& line,
-                                             const std::string& fork_base) {
+snapshot::RestoredMachine restore_fork_claim(std::unique_ptr<Machine> machine, snapshot::StandbyChain chain,
+                                             const std::string& line, const std::string& fork_base) {
     unsigned long pid = 0;
     char fds_text[256] = {};
     int delta = -1;
@@ -127,8 +128,8 @@ snapshot::RestoredMachine restore_fork_claim(std::unique_ptr<Machine> machine, c
     if (fds.size() < 2) throw Error("standby: STATE_FD,MEMFD[,MEMFD]");
     const int delta_fd = delta >= 0 ? open_fd(std::to_string(delta)) : -1;
     const std::vector<uint8_t> state = read_fd(fds[0]);
-    return snapshot::restore_fork(std::move(machine), state, std::span<const int>(fds).subspan(1), delta_fd,
-                                  "fork state", fork_base);
+    return snapshot::restore_fork(std::move(machine), std::move(chain), state, std::span<const int>(fds).subspan(1),
+                                  delta_fd, "fork state", fork_base);
 }
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
@@ -260,6 +261,10 @@ int run(int argc, char** argv) {
             throw Error("--standby VCPUS,RAM_MIB,IRQCHIP");
         shape.ram_bytes = uint64_t{mib} * MiB;
         auto machine = snapshot::make_fork_standby(kvm, shape);
+        // A standby for a restored parent's fork serves its chain ahead (the VMM's standbys
+        // do not yet: api/vm/fork_standby.cpp would need the parent's chain top).
+        snapshot::StandbyChain chain;
+        if (!fork_base.empty()) chain = snapshot::serve_fork_standby(*machine, fork_base);
         std::cout << "standby_ready" << std::endl;
         std::string line;
         if (!std::getline(std::cin, line)) throw Error("standby: no fork arrived (stdin closed)");
@@ -268,7 +273,7 @@ int run(int argc, char** argv) {
         if (std::sscanf(line.c_str(), "restore %4095s %15s", restore_dir, restore_backend) == 2) {
             restored = snapshot::restore_snapshot(std::move(machine), restore_dir, parse_backend(restore_backend));
         } else {
-            restored = restore_fork_claim(std::move(machine), line, fork_base);
+            restored = restore_fork_claim(std::move(machine), std::move(chain), line, fork_base);
         }
     } else if (!fork_fds.empty()) {
         const std::vector<int> fds = fd_list(fork_fds);

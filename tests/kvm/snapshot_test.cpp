@@ -591,6 +591,32 @@ TEST_CASE("a restored VM (either backend) snapshots with its RAM frozen in the p
     // snapshot merges it into a full layer of its own (earlier directories untouched).
     std::vector<int> fds;
     for (const Fd& fd : image.memfds) fds.push_back(fd.get());
+    {
+        // The same into a standby that served the chain ahead (serve_fork_standby): the
+        // claim moves its registration onto the frozen layer's mapping.
+        auto standby = snapshot::make_fork_standby(kvm, snapshot::machine_shape(parent.machine()));
+        snapshot::StandbyChain chain = snapshot::serve_fork_standby(*standby, image.base_chain[0].path);
+        CHECK(standby->memory().backing() == GuestMemory::Backing::lazy_memfd);
+        snapshot::RestoredMachine ahead = snapshot::restore_fork(std::move(standby), std::move(chain), image.state, fds,
+                                                                 -1, "fork state", image.base_chain[0].path);
+        GuestMemory& m = ahead.machine->memory();
+        CHECK(m.backing() == GuestMemory::Backing::lazy_private_memfd);
+        CHECK(m.read<uint64_t>(Gpa(96 * MiB - kPageSize)) == 0);
+        CHECK(m.read<uint64_t>(Gpa(96 * MiB + kPageSize)) == ((96 * MiB + kPageSize) ^ 0x3333));
+        CHECK(test::ram_crc(m) == crc_fork);
+        const uint32_t c0 = counter(*ahead.machine, 0);
+        Running running(*ahead.machine);
+        CHECK(eventually([&] { return counter(*ahead.machine, 0) > c0; }));
+        CHECK(running.stop().kind == StopReason::Kind::requested);
+        // Served for another chain than the claim's: dropped, the claim's served instead
+        // (here none: a zero-holed layer, not run).
+        auto other = snapshot::make_fork_standby(kvm, snapshot::machine_shape(parent.machine()));
+        snapshot::StandbyChain unused = snapshot::serve_fork_standby(*other, image.base_chain[0].path);
+        const snapshot::RestoredMachine plain =
+            snapshot::restore_fork(std::move(other), std::move(unused), image.state, fds, -1, "fork state", "");
+        CHECK_FALSE(plain.uffd);
+        CHECK(plain.machine->memory().backing() == GuestMemory::Backing::private_memfd);
+    }
     snapshot::RestoredMachine child_vm =
         snapshot::restore_fork(kvm, image.state, fds, -1, "fork state", image.base_chain[0].path);
     {
