@@ -76,6 +76,12 @@ size_t Router::body_limit(std::string_view method, std::string_view path) const 
     return 64 * 1024;
 }
 
+bool Router::spools_body(std::string_view method, std::string_view path) const {
+    for (const Entry* e : match(path))
+        if (e->spec.method == method) return e->spec.spool_body;
+    return false;
+}
+
 std::vector<RouteSpec> Router::routes() const {
     std::vector<RouteSpec> out;
     for (const Entry& e : entries_) out.push_back(e.spec);
