@@ -69,7 +69,8 @@ private:
         std::vector<std::string> segments;
         RouteHandler handler;
     };
-    /// The entries whose pattern matches `path`, with the parameters of the first.
+    /// The entries whose pattern matches `path` with the most literal segments (a
+    /// literal segment wins over a {name} one).
     std::vector<const Entry*> match(std::string_view path) const;
     static bool match_one(const Entry& e, const std::vector<std::string_view>& segments,
                           std::map<std::string, std::string>* params);

@@ -90,8 +90,9 @@ def run():
 
         for path in [f"/v1/snapshots/{UUID}/export", "/v1/snapshots/not-a-uuid/export"]:
             expect(f"GET {path}", d.get(path), 404, "snapshot_not_found")
-        expect("GET /v1/snapshots/import (a snapshot id, not the import)", d.get("/v1/snapshots/import"), 404,
-               "snapshot_not_found")
+        g = d.get("/v1/snapshots/import")
+        tap.ok(g.status == 405 and g.code() == "method_not_allowed" and g.headers.get("Allow") == "POST",
+               "GET /v1/snapshots/import: 405, Allow: POST (the import's path, not a snapshot id)", g)
         expect("PUT /v1/snapshots/import", d.request("PUT", "/v1/snapshots/import", b"x"), 405, "method_not_allowed")
 
         expect("import of an empty body", imp(b""), 400, "invalid_archive", "empty")
