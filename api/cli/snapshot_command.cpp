@@ -1,10 +1,15 @@
 // `nanovm snapshot ...` (snapshot_command.hpp).
 #include "api/cli/snapshot_command.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdio>
 
 #include <fmt/format.h>
 
+#include "vmm/fd.hpp"
 #include "vmm/log.hpp"
 
 namespace nanovm::cli {
@@ -94,12 +99,67 @@ int remove(client::ApiClient& api, const SnapshotOptions& o) {
     return status;
 }
 
+// The export streamed into FILE (written beside it and renamed: a failed export
+// leaves no half file) or stdout.
+int export_file(client::ApiClient& api, const SnapshotOptions& o) {
+    const std::string id = resolve_id(api, "snapshot", o.id);
+    const std::string source = snapshot_path(id) + "/export";
+    if (o.file == "-") {
+        if (::isatty(STDOUT_FILENO)) throw UsageError("will not write an export to a terminal: give a FILE or redirect");
+        const client::Response r =
+            api.http().request("GET", source, {}, [](std::string_view piece) { write_all(STDOUT_FILENO, piece); });
+        client::throw_if_error(r);
+        return kOk;
+    }
+    const std::string part = o.file + ".nanovm-part";
+    const Fd fd(::open(part.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    if (!fd) throw_errno("open " + part);
+    uint64_t bytes = 0;
+    try {
+        Progress progress("exporting");
+        const client::Response r = api.http().request("GET", source, {}, [&](std::string_view piece) {
+            write_all(fd.get(), piece);
+            bytes += piece.size();
+        });
+        client::throw_if_error(r);
+        if (::fsync(fd.get()) != 0) throw_errno("fsync " + part);
+        if (::rename(part.c_str(), o.file.c_str()) != 0) throw_errno("rename " + part + " to " + o.file);
+    } catch (...) {
+        ::unlink(part.c_str());
+        throw;
+    }
+    if (o.client.json) print_json(json{{"snapshot_id", id}, {"file", o.file}, {"bytes", bytes}});
+    return kOk;
+}
+
+int import_file(client::ApiClient& api, const SnapshotOptions& o) {
+    struct stat st {};
+    if (::stat(o.file.c_str(), &st) != 0) throw_errno("stat " + o.file);
+    if (!S_ISREG(st.st_mode)) throw UsageError(fmt::format("{}: not a regular file (import reads an export file)", o.file));
+    client::RequestBody body;
+    body.file = o.file;
+    body.content_type = "application/octet-stream";
+    client::Response r;
+    {
+        Progress progress("importing");
+        r = api.http().request("POST", "/v1/snapshots/import", body);
+    }
+    client::throw_if_error(r);
+    const json s = json::parse(r.body, nullptr, false);
+    if (!s.is_object() || !s.contains("id")) throw Error("the daemon's answer to the import is not a Snapshot");
+    if (o.client.json)
+        print_json(s);
+    else
+        std::printf("%s\n", s["id"].get<std::string>().c_str());
+    return kOk;
+}
+
 }  // namespace
 
 SnapshotCommands add_snapshot_commands(CLI::App& app, SnapshotOptions& o) {
     SnapshotCommands c;
-    c.group = app.add_subcommand("snapshot", "nanovmd's snapshots: ls, get, wait, restore, rm (take one with "
-                                             "nanovm sandbox snapshot ID)");
+    c.group = app.add_subcommand("snapshot", "nanovmd's snapshots: ls, get, wait, restore, rm, export, import (take "
+                                             "one with nanovm sandbox snapshot ID)");
     c.group->require_subcommand(1);
     add_daemon_options(c.group, o.client);
     c.group->footer(std::string("IDs may be abbreviated to a unique prefix. The API: docs/api.md.\n"
@@ -124,6 +184,15 @@ SnapshotCommands add_snapshot_commands(CLI::App& app, SnapshotOptions& o) {
         ->type_name("S");
     c.rm = c.group->add_subcommand("rm", "Delete snapshots (their files go once no sandbox or snapshot needs them)");
     c.rm->add_option("id", o.ids, "Snapshot ids")->required();
+    c.export_ = c.group->add_subcommand(
+        "export", "Write a snapshot as one self-contained file (its chain flattened, zstd, checksummed; the root image "
+                  "named by its sha256) for import here or on another host");
+    id_arg(c.export_);
+    c.export_->add_option("file", o.file, "The file to write (- : stdout)")->required();
+    c.import = c.group->add_subcommand(
+        "import", "Import an export file as a new snapshot (every part checked; the root image must be on this host); "
+                  "print its id");
+    c.import->add_option("file", o.file, "The export file")->required();
     return c;
 }
 
@@ -135,6 +204,8 @@ int run_snapshot_command(const SnapshotCommands& c, const SnapshotOptions& o) {
         if (*c.wait) return wait(api, o);
         if (*c.restore) return restore(api, o);
         if (*c.rm) return remove(api, o);
+        if (*c.export_) return export_file(api, o);
+        if (*c.import) return import_file(api, o);
         return kUsage;
     });
 }

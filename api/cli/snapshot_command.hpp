@@ -6,6 +6,8 @@
 //   snapshot wait ID [--timeout S]                 until it is durable (exit 1 if not within S)
 //   snapshot restore ID [--label K=V]... [--timeout S]   a new sandbox; print its id
 //   snapshot rm ID...                              delete (files go once nothing needs them)
+//   snapshot export ID FILE                        the snapshot as one file (FILE - : stdout)
+//   snapshot import FILE                           a file of export as a new snapshot; print its id
 //
 // Every one takes --state-dir and --json. IDs may be abbreviated to a unique prefix.
 #pragma once
@@ -29,11 +31,13 @@ struct SnapshotOptions {
     int64_t wait_s = 60;                ///< wait --timeout
     std::optional<int64_t> timeout_s;   ///< restore --timeout (the new sandbox's)
     std::vector<std::string> labels;    ///< restore
+    std::string file;                   ///< export (to), import (from)
 };
 
 struct SnapshotCommands {
     CLI::App* group = nullptr;
     CLI::App *ls = nullptr, *get = nullptr, *wait = nullptr, *restore = nullptr, *rm = nullptr;
+    CLI::App *export_ = nullptr, *import = nullptr;
 };
 
 /// Registers `snapshot` and its subcommands on `app`, filling `options`.

@@ -80,14 +80,16 @@ struct HttpClient::Impl {
     Response exchange(Stream& s, bhttp::request<Body>& req, const BodySink& sink, bool reused) {
         beast::error_code ec;
         bhttp::write(s, req, ec);
-        if (ec) {
-            if (reused) throw StaleConnection{};
-            throw Error(fmt::format("{}: sending the request: {}", endpoint.describe(), ec.message()));
-        }
+        const beast::error_code send_error = ec;
+        if (ec && reused) throw StaleConnection{};
+        // A send that broke off: the daemon may have answered before it read the whole
+        // body (413 body_too_large, 507 disk_full); that answer is read if it is there.
         bhttp::response_parser<bhttp::buffer_body> parser;
         parser.body_limit(boost::none);
         parser.header_limit(64 * 1024);
         bhttp::read_header(s, buffer, parser, ec);
+        if (ec && send_error)
+            throw Error(fmt::format("{}: sending the request: {}", endpoint.describe(), send_error.message()));
         if (ec) {
             if (reused && (ec == bhttp::error::end_of_stream || ec == net::error::connection_reset ||
                            ec == net::error::eof))

@@ -14,6 +14,9 @@ constexpr std::array kCatalogue{
     ErrorKind{"bad_json", 400, "The body is not valid JSON, or not a JSON object."},
     ErrorKind{"invalid_field", 400, "A field or query parameter is missing or has the wrong type."},
     ErrorKind{"unknown_field", 400, "The body has a field this request does not take."},
+    ErrorKind{"invalid_archive", 400,
+              "An imported snapshot file is malformed, corrupt, truncated or not a snapshot export, or its vm.state "
+              "names host files; the message says which check failed."},
     ErrorKind{"invalid_path", 400,
               "A guest path is not absolute, contains a NUL byte or a `..` component, or is longer than 4096 bytes."},
     ErrorKind{"unauthorized", 401, "Over TCP: no `Authorization: Bearer <token>` header, or the wrong token."},
@@ -41,6 +44,9 @@ constexpr std::array kCatalogue{
               "size (EFBIG)."},
     ErrorKind{"out_of_range", 422, "A value is outside its allowed range (cpus, memory_mb, timeouts, n)."},
     ErrorKind{"invalid_value", 422, "A value has the right type but is not acceptable (an unknown image name)."},
+    ErrorKind{"image_not_found", 422,
+              "The snapshot's root image (named by its sha256) is on no file of this host: neither pinned nor the image "
+              "of that name."},
     ErrorKind{"shape_mismatch", 422, "A restore asked for a shape (cpus, memory_mb) other than the snapshot's."},
     ErrorKind{"header_too_large", 431, "The request's header block is larger than 16 KiB."},
     ErrorKind{"internal", 500, "A bug in the daemon; the message says where."},

@@ -109,6 +109,11 @@ CLI::App* add_daemon_command(CLI::App& app, DaemonOptions& o) {
     cmd->add_option("--max-file-size", o.max_file_bytes, "Bytes of a file written through the API at most (reads are streamed, any size)")
         ->type_name("BYTES")
         ->capture_default_str();
+    cmd->add_option("--max-import-size", o.max_import_bytes,
+                    "Bytes of a snapshot export file imported through the API at most (written to DIR/uploads, not held "
+                    "in memory)")
+        ->type_name("BYTES")
+        ->capture_default_str();
     cmd->add_option("--implicit-templates", o.max_implicit_templates,
                     "Implicit templates kept (a create of an image and shape restores its template; the least "
                     "recently used beyond this are deleted); 0: creates boot cold")
@@ -204,6 +209,9 @@ int run_daemon(const DaemonOptions& given) {
         server_options.token = token;
         server_options.body_limit = [&router](std::string_view method, std::string_view path) {
             return router.body_limit(method, path);
+        };
+        server_options.spool_dir = [&router, uploads = manager.upload_dir()](std::string_view method, std::string_view path) {
+            return router.spools_body(method, path) ? uploads : std::string();
         };
         http::Server server(
             server_options, [&router](http::Request request, http::Reply reply) { router.dispatch(std::move(request), std::move(reply)); },

@@ -9,6 +9,8 @@
 //   <state>/forks/<...>/   fork bases (the parent's frozen disks and state)
 //   <state>/templates/<hex>/   each template (a built one's snapshot in snapshot/)
 //   <state>/standbys/<cpus>x<mib>/   the pre-made VMMs' sockets (emptied at start)
+//   <state>/uploads/       request bodies spooled to files (snapshot imports; emptied at start)
+//   <state>/imports/<id>/  a snapshot import being unpacked and checked (emptied at start)
 //
 // One file system for all of them, so snapshot layers are hard links.
 #pragma once
@@ -27,6 +29,7 @@ struct DaemonOptions {
     uint32_t max_running = 16;         ///< running + sleeping + paused sandboxes at most
     uint64_t max_memory_mb = 0;        ///< memory_mb committed at most (0: 90% of the host's MemTotal)
     uint64_t max_file_bytes = 256u << 20;  ///< a file written through the API at most (its body is held whole)
+    uint64_t max_import_bytes = uint64_t{64} << 30;  ///< a snapshot import's body at most (spooled to a file)
     unsigned workers = 32;             ///< threads for long requests
     uint32_t max_implicit_templates = 4;  ///< implicit templates kept, LRU (0: creates boot cold)
     uint32_t standbys = 1;             ///< pre-made VMMs for the most used template shapes (0: none)

@@ -120,7 +120,7 @@ json schemas() {
     s["Mkdir"] = object({{"path", str}, {"parents", boolean}}, {"path"});
     s["CreateSnapshot"] = object({{"wait_durable", boolean}, {"leave_paused", boolean}});
     s["Snapshot"] = object({{"id", str},
-                            {"sandbox_id", str},
+                            {"sandbox_id", nullable_str},
                             {"created_at", str},
                             {"state", {{"type", "string"}, {"enum", {"saving", "ready", "error"}}}},
                             {"durable", boolean},

@@ -1,6 +1,7 @@
 // Request routing (router.hpp).
 #include "api/daemon/router.hpp"
 
+#include <algorithm>
 #include <map>
 #include <stdexcept>
 
@@ -64,9 +65,19 @@ bool Router::match_one(const Entry& e, const std::vector<std::string_view>& segm
 
 std::vector<const Router::Entry*> Router::match(std::string_view path) const {
     const std::vector<std::string_view> segments = split_path(path);
+    // Only the most literal patterns count: /v1/snapshots/import is that route's
+    // path (405 for a GET), not a snapshot id of /v1/snapshots/{id}.
     std::vector<const Entry*> out;
-    for (const Entry& e : entries_)
-        if (match_one(e, segments, nullptr)) out.push_back(&e);
+    size_t best = 0;
+    for (const Entry& e : entries_) {
+        if (!match_one(e, segments, nullptr)) continue;
+        const size_t literal = static_cast<size_t>(
+            std::count_if(e.segments.begin(), e.segments.end(), [](const std::string& s) { return !is_param(s); }));
+        if (literal < best) continue;
+        if (literal > best) out.clear();
+        best = literal;
+        out.push_back(&e);
+    }
     return out;
 }
 
@@ -74,6 +85,12 @@ size_t Router::body_limit(std::string_view method, std::string_view path) const 
     for (const Entry* e : match(path))
         if (e->spec.method == method) return e->spec.body_limit;
     return 64 * 1024;
+}
+
+bool Router::spools_body(std::string_view method, std::string_view path) const {
+    for (const Entry* e : match(path))
+        if (e->spec.method == method) return e->spec.spool_body;
+    return false;
 }
 
 std::vector<RouteSpec> Router::routes() const {

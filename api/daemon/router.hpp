@@ -33,6 +33,9 @@ struct RouteSpec {
     std::vector<std::string> errors;  ///< the catalogue codes it may answer besides the common ones
     bool worker = true;   ///< run on the worker pool (false: cheap, on the I/O thread)
     size_t body_limit = 64 * 1024;  ///< bytes
+    /// The body is written to a file under the daemon's spool directory, not held in
+    /// memory (http::Request::spooled; large uploads).
+    bool spool_body = false;
     std::string request_schema;     ///< a components/schemas name, "" for none
     std::string response_schema;    ///< likewise; "binary" for an octet stream, "ndjson" streams
     std::vector<QueryParam> query;
@@ -54,6 +57,9 @@ public:
     /// The body limit of the route `method` `path` matches (64 KiB if none).
     size_t body_limit(std::string_view method, std::string_view path) const;
 
+    /// True if the route `method` `path` matches spools its body to a file.
+    bool spools_body(std::string_view method, std::string_view path) const;
+
     /// Every route, in the order added.
     std::vector<RouteSpec> routes() const;
 
@@ -63,7 +69,8 @@ private:
         std::vector<std::string> segments;
         RouteHandler handler;
     };
-    /// The entries whose pattern matches `path`, with the parameters of the first.
+    /// The entries whose pattern matches `path` with the most literal segments (a
+    /// literal segment wins over a {name} one).
     std::vector<const Entry*> match(std::string_view path) const;
     static bool match_one(const Entry& e, const std::vector<std::string_view>& segments,
                           std::map<std::string, std::string>* params);

@@ -124,6 +124,15 @@ std::unique_ptr<BlobReader> DirBlobStore::get(const std::string& name) {
     return std::make_unique<FileReader>(std::move(fd), path, static_cast<uint64_t>(st.st_size));
 }
 
+std::unique_ptr<BlobReader> open_blob_file(const std::string& path) {
+    Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) throw_errno("open " + path);
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) throw_errno("fstat " + path);
+    if (!S_ISREG(st.st_mode)) throw Error(fmt::format("{}: not a regular file", path));
+    return std::make_unique<FileReader>(std::move(fd), path, static_cast<uint64_t>(st.st_size));
+}
+
 bool DirBlobStore::exists(const std::string& name) {
     if (!valid_blob_name(name)) return false;
     struct stat st {};

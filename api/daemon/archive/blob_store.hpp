@@ -88,6 +88,10 @@ private:
     std::string dir_;
 };
 
+/// A reader of the regular file `path` (not a store's blob: an uploaded file).
+/// Throws SysError, Error (not a regular file).
+std::unique_ptr<BlobReader> open_blob_file(const std::string& path);
+
 /// fsync of directory `dir`. Throws SysError("fsync DIR").
 void sync_dir(const std::string& dir);
 

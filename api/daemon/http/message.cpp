@@ -1,7 +1,13 @@
-// Request target parsing (message.hpp).
+// Request target parsing, spooled bodies (message.hpp).
 #include "api/daemon/http/message.hpp"
 
+#include <unistd.h>
+
 namespace nanovm::daemon::http {
+
+SpooledBody::~SpooledBody() {
+    if (!path.empty()) ::unlink(path.c_str());
+}
 
 namespace {
 

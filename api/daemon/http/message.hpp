@@ -3,8 +3,10 @@
 // headers are slow to compile); nothing else includes it.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -12,7 +14,20 @@
 
 namespace nanovm::daemon::http {
 
-/// One request, its body read whole (bounded by the route's body limit).
+/// A request body the server wrote to a file instead of memory (a route that takes
+/// large uploads: ServerOptions::spool_dir). The file is removed when the last
+/// owner lets go of it (the request and any copy of it), whatever the handler did.
+struct SpooledBody {
+    std::string path;    ///< <spool dir>/.upload-XXXXXX, mode 0600
+    uint64_t bytes = 0;  ///< the body's length
+    SpooledBody() = default;
+    SpooledBody(const SpooledBody&) = delete;
+    SpooledBody& operator=(const SpooledBody&) = delete;
+    ~SpooledBody();
+};
+
+/// One request, its body read whole (bounded by the route's body limit): in `body`,
+/// or in `spooled` for a route whose bodies are spooled to a file.
 struct Request {
     std::string method;   ///< "GET", "POST", ...
     std::string target;   ///< as sent: path and query
@@ -20,6 +35,7 @@ struct Request {
     std::map<std::string, std::string> query;  ///< decoded query parameters (last one wins)
     std::string content_type;
     std::string body;
+    std::shared_ptr<SpooledBody> spooled;  ///< set instead of `body` for a spooled route
     bool over_tcp = false;  ///< came over the loopback TCP listener (authorized)
     /// Filled by the router: the route's pattern ("/v1/sandboxes/{id}") and the values
     /// of its {name} segments.

@@ -3,7 +3,9 @@
 #include "api/daemon/http/server.hpp"
 
 #include <fcntl.h>
+#include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include <condition_variable>
 #include <deque>
@@ -16,6 +18,7 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/http/file_body.hpp>
 #include <fmt/format.h>
 
 #include "api/daemon/api_error.hpp"
@@ -55,6 +58,7 @@ struct StreamState {
     struct Chunk {
         std::string data;
         bool last = false;
+        bool abort = false;  ///< with last: close instead of ending the body
     };
     std::deque<Chunk> chunks;
     bool writing = false;
@@ -87,6 +91,7 @@ private:
     const ServerOptions& options() const { return shared_->options; }
 
     void read_header() {
+        spool_parser_.reset();
         parser_.emplace();
         parser_->header_limit(static_cast<std::uint32_t>(options().header_limit));
         parser_->body_limit(std::numeric_limits<std::uint64_t>::max());  // checked once the header is in
@@ -122,6 +127,8 @@ private:
         if (length && *length > limit)
             return fail("body_too_large", fmt::format("the body is {} bytes; this endpoint takes at most {}", *length, limit));
         parser_->body_limit(limit);
+        const std::string spool = options().spool_dir ? options().spool_dir(method, target.substr(0, target.find('?'))) : "";
+        if (!spool.empty()) return start_spool(spool, limit, length);
         if (parser_->is_done()) return on_body({}, 0);
         bhttp::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&Session::on_body, this->shared_from_this()));
     }
@@ -131,15 +138,77 @@ private:
             return fail("body_too_large", "the body is larger than this endpoint takes");
         if (is_disconnect(ec) || ec == bhttp::error::partial_message) return close();
         if (ec) return fail("bad_request", fmt::format("malformed HTTP request: {}", ec.message()));
-        stream_.expires_never();
         auto& req = parser_->get();
         Request request;
+        request.body = std::move(req.body());
+        dispatch(req, std::move(request));
+    }
+
+    // A spooled body: into a new file of `dir`, read by pieces, each within the
+    // read timeout.
+    void start_spool(const std::string& dir, size_t limit, boost::optional<std::uint64_t> length) {
+        struct statvfs fs {};
+        if (length && ::statvfs(dir.c_str(), &fs) == 0 &&
+            *length > static_cast<std::uint64_t>(fs.f_bavail) * fs.f_frsize)
+            return fail("disk_full", fmt::format("the body is {} bytes; the file system of {} has {} free", *length, dir,
+                                                 static_cast<std::uint64_t>(fs.f_bavail) * fs.f_frsize));
+        std::string path = dir + "/.upload-XXXXXX";
+        const int fd = ::mkostemp(path.data(), O_CLOEXEC);
+        if (fd < 0) {
+            const int err = errno;
+            return fail(err == ENOSPC ? "disk_full" : "internal",
+                        fmt::format("a file for the body in {}: {}", dir, ::strerror(err)));
+        }
+        spooled_ = std::make_shared<SpooledBody>();
+        spooled_->path = path;
+        beast::file_posix file;
+        file.native_handle(fd);
+        if (parser_->is_done()) {  // no body: an empty file
+            auto& req = parser_->get();
+            Request request;
+            request.spooled = std::move(spooled_);
+            return dispatch(req, std::move(request));
+        }
+        spool_parser_.emplace(std::move(*parser_));
+        parser_.reset();
+        beast::error_code ec;
+        spool_parser_->get().body().reset(std::move(file), ec);
+        if (ec) return fail("internal", fmt::format("{}: {}", path, ec.message()));
+        spool_parser_->body_limit(limit);
+        read_spooled();
+    }
+
+    void read_spooled() {
+        stream_.expires_after(options().read_timeout);
+        bhttp::async_read_some(stream_, buffer_, *spool_parser_,
+                               beast::bind_front_handler(&Session::on_spooled, this->shared_from_this()));
+    }
+
+    void on_spooled(beast::error_code ec, std::size_t) {
+        if (ec == bhttp::error::body_limit) return fail("body_too_large", "the body is larger than this endpoint takes");
+        if (ec == boost::system::errc::no_space_on_device)
+            return fail("disk_full", fmt::format("writing the body to {}: {}", spooled_->path, ec.message()));
+        if (is_disconnect(ec) || ec == bhttp::error::partial_message) return close();
+        if (ec) return fail("bad_request", fmt::format("malformed HTTP request: {}", ec.message()));
+        if (!spool_parser_->is_done()) return read_spooled();
+        auto& req = spool_parser_->get();
+        spooled_->bytes = req.body().file().size(ec);
+        if (ec) return fail("internal", fmt::format("{}: {}", spooled_->path, ec.message()));
+        req.body().close();
+        Request request;
+        request.spooled = std::move(spooled_);
+        dispatch(req, std::move(request));
+    }
+
+    // Hands a whole request (its body in `request` already) to the dispatcher.
+    template <class Message>
+    void dispatch(Message& req, Request request) {
+        stream_.expires_never();
         request.method = std::string(req.method_string());
         request.target = std::string(req.target());
         if (!split_target(request.target, request.path, request.query))
             return fail("bad_request", "a query parameter has a bad percent escape");
         if (auto it = req.find(bhttp::field::content_type); it != req.end()) request.content_type = std::string(it->value());
-        request.body = std::move(req.body());
         request.over_tcp = over_tcp_;
         keep_alive_ = req.keep_alive();
         method_ = request.method;
@@ -185,12 +254,16 @@ private:
                 return true;
             }
         } sink(*this, state, options().stream_window);
+        bool complete = true;
         try {
             producer(sink);
         } catch (const std::exception& e) {
             log_line(fmt::format("a streamed response failed: {}", e.what()));
+            complete = false;
         }
-        stream_push(state, StreamState::Chunk{{}, true});
+        // A producer that threw: the connection is closed without the last chunk,
+        // so the client sees a body cut short, never a short body that looks whole.
+        stream_push(state, StreamState::Chunk{{}, true, !complete});
     }
 
     template <class Message>
@@ -260,6 +333,11 @@ private:
         state->writing = true;
         stream_.expires_after(options().write_timeout);
         auto self = this->shared_from_this();
+        if (chunk->last && chunk->abort) {
+            state->writing = false;
+            observe(stream_status_, "");
+            return close();
+        }
         if (chunk->last) {
             net::async_write(stream_, bhttp::make_chunk_last(), [self, state](beast::error_code ec, std::size_t) {
                 state->writing = false;
@@ -285,7 +363,11 @@ private:
     void fail(std::string_view code, const std::string& message) {
         Response r = error_response(code, message);
         keep_alive_ = false;
-        method_ = parser_ && parser_->is_header_done() ? std::string(parser_->get().method_string()) : std::string();
+        spooled_.reset();  // its file goes now, not after the linger
+        if (spool_parser_)
+            method_ = std::string(spool_parser_->get().method_string());
+        else
+            method_ = parser_ && parser_->is_header_done() ? std::string(parser_->get().method_string()) : std::string();
         started_ = Clock::now();
         auto res = std::make_shared<bhttp::response<bhttp::string_body>>(static_cast<bhttp::status>(r.status), 11);
         set_fields(*res, r);
@@ -316,6 +398,7 @@ private:
     }
 
     void close() {
+        spooled_.reset();
         beast::error_code ec;
         stream_.socket().shutdown(Protocol::socket::shutdown_both, ec);
         stream_.socket().close(ec);
@@ -326,6 +409,8 @@ private:
     bool over_tcp_;
     beast::flat_buffer buffer_;
     std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+    std::optional<bhttp::request_parser<bhttp::file_body>> spool_parser_;  ///< a spooled body's (parser_ moved in)
+    std::shared_ptr<SpooledBody> spooled_;  ///< its file until the request is dispatched
     bool keep_alive_ = false;
     std::string method_, route_;
     int stream_status_ = 200;

@@ -27,7 +27,14 @@ struct ServerOptions {
     /// The largest body a request may have, from its method and path (the file
     /// upload route takes more than the JSON ones).
     std::function<size_t(std::string_view method, std::string_view path)> body_limit;
-    std::chrono::milliseconds read_timeout{std::chrono::seconds(30)};   ///< a whole request
+    /// The directory a request's body is written to instead of memory, from its
+    /// method and path ("" : held in memory). Such a body is read with read_timeout
+    /// per read instead of for the whole request (an upload of gigabytes takes long),
+    /// and reaches the dispatcher as Request::spooled. A full file system is answered
+    /// 507 disk_full: before reading when the Content-Length does not fit the free
+    /// space, or when a write fails with ENOSPC.
+    std::function<std::string(std::string_view method, std::string_view path)> spool_dir;
+    std::chrono::milliseconds read_timeout{std::chrono::seconds(30)};   ///< a whole request (a spooled one: each read)
     std::chrono::milliseconds write_timeout{std::chrono::seconds(60)};  ///< per write, and idle keep-alive
     size_t stream_window = 1 << 20;  ///< bytes a streamed response may have queued
     unsigned io_threads = 2;

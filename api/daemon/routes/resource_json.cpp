@@ -64,7 +64,7 @@ json sandbox_json(const store::SandboxRecord& r, const std::optional<ArchiveProg
 
 json snapshot_json(SandboxManager& manager, const store::SnapshotRecord& s) {
     return json{{"id", s.id},
-                {"sandbox_id", s.sandbox_id},
+                {"sandbox_id", text_or_null(s.sandbox_id)},  // null for an imported snapshot
                 {"created_at", rfc3339(s.created_ms)},
                 {"state", s.state},
                 {"durable", s.durable},

@@ -1,5 +1,5 @@
 // Snapshots: take (POST /v1/sandboxes/{id}/snapshots), list, get, wait until
-// durable, restore into a new sandbox, delete (routes.hpp).
+// durable, restore into a new sandbox, delete, export and import (routes.hpp).
 #include <fmt/format.h>
 
 #include "api/daemon/api_error.hpp"
@@ -24,6 +24,23 @@ http::Response snapshot_list(SandboxManager& m, const std::string& sandbox_id, h
     const bool full = static_cast<int64_t>(rows.size()) == limit;
     return json_response(200, json{{"snapshots", list}, {"next", full ? json(rows.back().id) : json(nullptr)}});
 }
+
+// The export's bytes into the response: a client that is gone stops the packing.
+class SinkWriter : public archive::BlobWriter {
+public:
+    explicit SinkWriter(http::StreamSink& sink) : sink_(sink) {}
+    void write(std::span<const uint8_t> bytes) override {
+        if (!sink_.write(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size())))
+            throw Error("the client stopped reading the export");
+        bytes_ += bytes.size();
+    }
+    void commit() override {}
+    uint64_t bytes() const noexcept override { return bytes_; }
+
+private:
+    http::StreamSink& sink_;
+    uint64_t bytes_ = 0;
+};
 
 const std::vector<QueryParam> kPageParams{{"limit", "integer", false, "at most this many (1-1000, default 100)"},
                                           {"after", "string", false, "the page after this id"}};
@@ -103,6 +120,41 @@ void add_snapshot_routes(RouteContext& c) {
                      if (auto v = b.labels("metadata")) r.labels = *v;
                      if (auto v = b.integer("timeout_s", 0, 7 * 86400)) r.timeout_s = *v;
                      return json_response(201, sandbox_json(m.restore(req.params["id"], r)));
+                 });
+
+    c.router.add(RouteSpec{.method = "GET",
+                           .pattern = "/v1/snapshots/{id}/export",
+                           .summary = "The snapshot as one self-contained file (application/octet-stream, streamed): "
+                                      "its whole chain flattened, sparse, zstd-compressed and checksummed; the root "
+                                      "image named by its sha256",
+                           .errors = {"snapshot_not_found", "wrong_state", "image_not_found"},
+                           .response_schema = "binary"},
+                 [&m](http::Request& req) {
+                     SnapshotExport e = m.prepare_export(req.params["id"]);
+                     http::Response r;
+                     r.content_type = "application/octet-stream";
+                     r.headers.emplace_back("Content-Disposition",
+                                            fmt::format("attachment; filename=\"{}.nvsnap\"", e.snapshot.id));
+                     r.stream = [&m, e = std::move(e)](http::StreamSink& sink) {
+                         SinkWriter out(sink);
+                         m.write_export(e, out);  // a failure cuts the body short (the server closes)
+                     };
+                     return r;
+                 });
+
+    c.router.add(RouteSpec{.method = "POST",
+                           .pattern = "/v1/snapshots/import",
+                           .summary = "Import a snapshot export (the body, application/octet-stream) as a new snapshot "
+                                      "of this host, every part checked first",
+                           .success = 201,
+                           .errors = {"invalid_archive", "image_not_found", "disk_full"},
+                           .body_limit = c.options.max_import_bytes,
+                           .spool_body = true,
+                           .request_schema = "binary",
+                           .response_schema = "Snapshot"},
+                 [&m](http::Request& req) {
+                     if (!req.spooled) throw ApiError("internal", "the import's body was not spooled to a file");
+                     return json_response(201, snapshot_json(m, m.import_snapshot(req.spooled->path)));
                  });
 
     c.router.add(RouteSpec{.method = "DELETE",

@@ -325,6 +325,7 @@ void SandboxManager::release(const std::string& dir) { store::release_and_collec
 void SandboxManager::recover_and_watch() {
     for (const std::string& dir : store::finish_removals(store_)) log_line("removed " + dir + " (a removal cut short)");
     recover_archives();
+    recover_imports();
     std::set<std::string> known_vms;
     for (SandboxRecord r : store_.all_sandboxes()) {
         const SandboxState st = state_of(r);

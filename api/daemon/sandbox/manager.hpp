@@ -26,6 +26,7 @@
 #include "api/agent_client/agent_client.hpp"
 #include "api/daemon/sandbox/autosleep.hpp"
 #include "api/daemon/archive/blob_store.hpp"
+#include "api/daemon/archive/snapshot_export.hpp"
 #include "api/daemon/sandbox/transitions.hpp"
 #include "api/daemon/sandbox/vm_driver.hpp"
 #include "api/daemon/store/image_pins.hpp"
@@ -126,6 +127,12 @@ struct ArchiveProgress {
     std::string phase;
     uint64_t bytes_done = 0;
     uint64_t bytes_total = 0;
+};
+
+/// A snapshot export checked and ready to be written (manager_export.cpp).
+struct SnapshotExport {
+    store::SnapshotRecord snapshot;
+    archive::SnapshotExportInfo info;
 };
 
 /// GET /v1/sandboxes/{id}/metrics: host-side figures only.
@@ -243,6 +250,23 @@ public:
     /// Bytes only this snapshot holds (its files no other directory links).
     int64_t snapshot_size(const store::SnapshotRecord& snapshot);
 
+    // Export and import (manager_export.cpp; the format: archive/snapshot_export.hpp).
+    /// Checks that snapshot `id` can be exported (waiting up to 10 minutes until it
+    /// is durable, as a restore does; its root image pinned) and says what the export
+    /// will carry. Throws ApiError snapshot_not_found, wrong_state, image_not_found.
+    SnapshotExport prepare_export(const std::string& id);
+    /// Writes the export into `out` (streamed to the client). Throws as
+    /// archive::export_snapshot, and what `out` throws (the client is gone).
+    void write_export(const SnapshotExport& e, archive::BlobWriter& out);
+    /// Imports the export file `file` (the spooled upload) as a new durable snapshot
+    /// with a new id and no sandbox. Throws ApiError invalid_archive (malformed,
+    /// corrupt, truncated, not a snapshot export, a vm.state naming host files),
+    /// image_not_found (no file with the root image's digest on this host),
+    /// disk_full; nothing of it is left on disk then.
+    store::SnapshotRecord import_snapshot(const std::string& file);
+    /// Where the HTTP server spools upload bodies: <state>/uploads.
+    std::string upload_dir() const;
+
     /// n children (1-4), each a sandbox or an error.
     std::vector<ForkChild> fork(const std::string& id, uint32_t n);
 
@@ -315,6 +339,12 @@ private:
     void finish_archive(store::SandboxRecord r);
     /// At start: settles archiving / unarchiving records a killed daemon left.
     void recover_archives();
+    /// At start: removes uploads and unpacked imports a stopped daemon left, and
+    /// makes their directories (manager_export.cpp).
+    void recover_imports();
+    /// The root image file of an import: the pinned file of its digest, else this
+    /// host's image of its name when that has the digest. Throws ApiError image_not_found.
+    std::string import_root(const archive::SnapshotExportInfo& info);
     void set_progress(const std::string& id, const std::string& phase, uint64_t done, uint64_t total);
     void clear_progress(const std::string& id);
     /// Runs `work` on a background thread joined at destruction.

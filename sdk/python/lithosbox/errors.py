@@ -91,7 +91,8 @@ class DaemonNotRunningError(LithosBoxError, ConnectionError):
 class InvalidRequestError(LithosBoxError, ValueError):
     """The daemon refused a value or the request's shape (400 or 422: ``invalid_field``,
     ``unknown_field``, ``invalid_path``, ``out_of_range``, ``invalid_value``,
-    ``shape_mismatch``, ``bad_json``...)."""
+    ``shape_mismatch``, ``bad_json``, a snapshot import's ``invalid_archive`` and
+    ``image_not_found``...)."""
 
 
 class UnauthorizedError(LithosBoxError, PermissionError):
@@ -237,6 +238,8 @@ _BY_CODE: Dict[str, Type[LithosBoxError]] = {
     "out_of_range": InvalidRequestError,
     "invalid_value": InvalidRequestError,
     "shape_mismatch": InvalidRequestError,
+    "invalid_archive": InvalidRequestError,
+    "image_not_found": InvalidRequestError,
     "header_too_large": InvalidRequestError,
     "unauthorized": UnauthorizedError,
     "permission_denied": PermissionDeniedError,
