@@ -173,8 +173,9 @@ public:
     /// error (a crashed guest). A failed boot leaves it in error with the reason.
     store::SandboxRecord reboot(const std::string& id);
     /// While one of these lives, the sandbox counts as busy for autosleep: exec and
-    /// file calls hold one; so must a background command or session command while it
-    /// runs in the guest. Movable; ends the activity when destroyed.
+    /// file calls and session commands hold one while they run; a background command,
+    /// which runs on after its call, is seen in the agent's job list (check_idle).
+    /// Movable; ends the activity when destroyed.
     class Activity {
     public:
         Activity(SandboxManager* manager, std::string id);
@@ -299,6 +300,10 @@ private:
     void check_sandboxes();
     /// The watcher's autosleep round for one running sandbox (manager_rest.cpp).
     void check_idle(const store::SandboxRecord& r, int64_t now);
+    /// How many background commands run in `r`'s guest, from its agent's job list
+    /// (not a call that needs the guest: it never counts as activity); 0 when the
+    /// agent cannot tell (logged).
+    size_t running_commands(const store::SandboxRecord& r);
     /// The watcher saw `r`'s VMM gone after its guest rebooted itself: rebooting,
     /// and a boot on a thread of its own (manager_rest.cpp).
     void reboot_in_background(const store::SandboxRecord& r);
