@@ -254,6 +254,7 @@ SandboxRecord SandboxManager::patch(const std::string& id, const PatchRequest& r
     SandboxRecord r = must_get(id);
     require_allowed(SandboxOp::patch, state_of(r));
     if (request.labels) r.labels = *request.labels;
+    if (request.autosleep_s) r.autosleep_s = *request.autosleep_s;
     if (request.set_timeout) {
         r.timeout_s = request.timeout_s;
         // An archived sandbox's timeout starts again when it is unarchived.

@@ -65,6 +65,9 @@ struct CreateRequest {
 struct PatchRequest {
     bool set_timeout = false;
     std::optional<int64_t> timeout_s;  ///< with set_timeout: nullopt = no timeout; else end_at = now + it
+    /// Seconds of idleness before it sleeps (0: never); nullopt: unchanged. Idle time is
+    /// counted as before (from the last call that needed the guest), not from the PATCH.
+    std::optional<int64_t> autosleep_s;
     std::optional<std::map<std::string, std::string>> labels;
 };
 
