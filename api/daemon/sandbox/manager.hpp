@@ -142,7 +142,8 @@ struct SandboxMetrics {
 
 class SandboxManager {
 public:
-    SandboxManager(ManagerOptions options, store::Store& store);
+    /// `pins`: the daemon's one ImagePins (<state>/images), shared with the TemplateManager.
+    SandboxManager(ManagerOptions options, store::Store& store, store::ImagePins& pins);
     ~SandboxManager();  ///< stops the watcher; VMMs keep running
     SandboxManager(const SandboxManager&) = delete;
     SandboxManager& operator=(const SandboxManager&) = delete;
@@ -343,7 +344,7 @@ private:
     IdleTracker idle_;
     int background_ = 0;  ///< reboot threads running (watch_mutex_); the destructor waits for them
     archive::DirBlobStore blobs_;  ///< <state>/archives
-    store::ImagePins pins_;        ///< <state>/images
+    store::ImagePins& pins_;       ///< <state>/images (the daemon's)
     std::mutex progress_mutex_;
     std::map<std::string, ArchiveProgress> progress_;
     std::mutex jobs_mutex_;
