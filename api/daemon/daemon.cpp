@@ -179,11 +179,12 @@ int run_daemon(const DaemonOptions& given) {
         template_options.max_implicit = options.max_implicit_templates;
         template_options.max_standbys = options.standbys;
         template_options.max_warm = options.warm;
-        TemplateManager templates(template_options, store);
+        store::ImagePins pins(store, state + "/images");  // one for the daemon: its collect() knows every pin in flight
+        TemplateManager templates(template_options, store, pins);
         templates.recover();
         manager_options.default_autosleep_s = options.default_autosleep_s;
         manager_options.idle.cpu_fraction = options.autosleep_cpu;
-        SandboxManager manager(manager_options, store);
+        SandboxManager manager(manager_options, store, pins);
         manager.set_templates(&templates);
         manager.recover_and_watch();
 

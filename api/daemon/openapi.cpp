@@ -65,7 +65,9 @@ json schemas() {
                                  {"timeout_s", {{"type", "integer"}, {"minimum", 0}, {"maximum", 604800}}},
                                  {"autosleep_s", {{"type", "integer"}, {"minimum", 0}, {"maximum", 604800}}},
                                  {"on_timeout", {{"type", "string"}, {"enum", {"delete", "archive"}}}}});
-    s["PatchSandbox"] = object({{"timeout_s", {{"type", "integer"}, {"nullable", true}}}, {"metadata", labels}});
+    s["PatchSandbox"] = object({{"timeout_s", {{"type", "integer"}, {"nullable", true}}},
+                                {"autosleep_s", {{"type", "integer"}, {"minimum", 0}, {"maximum", 604800}}},
+                                {"metadata", labels}});
     s["Exec"] = object({{"cmd", str},
                         {"argv", {{"type", "array"}, {"items", str}}},
                         {"env", labels},

@@ -46,3 +46,28 @@ TEST_CASE("autosleep: a VMM over the CPU share is active, one under it is idle",
     t.sample_cpu("idle", 14000, 10);
     CHECK(t.idle_ms("idle", 14000) == 14000);
 }
+
+TEST_CASE("autosleep: a background command the agent lists as running keeps the sandbox awake", "[daemon][autosleep]") {
+    IdleTracker t;
+    t.begin_activity("a", 1000);  // POST .../commands: its call ends at once...
+    t.end_activity("a", 1100);
+    CHECK(t.idle_ms("a", 61100) == 60000);
+    // ...but the command runs on: the agent lists one running at 61100.
+    t.note_commands("a", 61100, 1);
+    CHECK(t.idle_ms("a", 61100) == 0);
+    CHECK(t.idle_ms("a", 62100) == 1000);
+    // Still running a minute later: awake again from then.
+    t.note_commands("a", 121100, 2);
+    CHECK(t.idle_ms("a", 121600) == 500);
+    // Ended: a listing with none running changes nothing; idle counts from the last listing that had one.
+    t.note_commands("a", 181600, 0);
+    CHECK(t.idle_ms("a", 181600) == 60500);
+    // Running again at 150000 (a listing that found one), then a listing stamped earlier
+    // (a slow one) never moves the idle start back.
+    t.note_commands("a", 150000, 1);
+    t.note_commands("a", 100000, 1);
+    CHECK(t.idle_ms("a", 181600) == 31600);
+    // Another sandbox's commands are its own.
+    t.note_commands("b", 181600, 0);
+    CHECK(t.idle_ms("b", 191600) == 10000);
+}

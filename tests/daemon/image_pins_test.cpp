@@ -1,13 +1,17 @@
 // Pinned root images (api/daemon/store/image_pins.hpp): the digest is SHA-256 of the
 // whole file (sparse files included), two sources with the same bytes share one
 // pin, a repointed source gets a new pin while the old one stays, a pin survives
-// the removal of its source, and the digest cache survives a restart of the store.
+// the removal of its source, and the digest cache survives a restart of the store;
+// collect() removes exactly the pins no record names, once recorded() ended their
+// hold (or its grace period passed), and leftover .partial files.
 #include <catch2/catch.hpp>
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -109,4 +113,84 @@ TEST_CASE("image pins: two images with the same bytes share one pin; a repointed
     CHECK(names(images).size() == 2);
     CHECK_THROWS_WITH(pins.pin(tmp.file("cache/missing")), Catch::Contains("root image"));
     CHECK_THROWS_WITH(pins.pin(tmp.file("cache")), Catch::Contains("not a regular file"));
+}
+
+TEST_CASE("image pins: collect removes a pin once no sandbox, snapshot, template or archive names it") {
+    TempDir tmp("pins");
+    const std::string images = tmp.file("state/images");
+    fs::create_directories(tmp.file("cache"));
+    fs::create_directories(tmp.file("state"));
+    Store store(tmp.file("state/store.db"));
+    ImagePins pins(store, images);
+    std::map<std::string, std::string> digest;  // by what names it
+    for (const std::string name : {"sandbox", "snapshot", "template", "archive", "nobody"}) {
+        write_file(tmp.file("cache/" + name + ".ext4"), "image of the " + name);
+        digest[name] = pins.pin(tmp.file("cache/" + name + ".ext4")).digest;
+    }
+    SandboxRecord sb;
+    sb.id = "5a1e0000-0000-4000-8000-000000000001";
+    sb.state = "running";
+    sb.cpus = 1;
+    sb.memory_mb = 256;
+    sb.image_digest = digest["sandbox"];
+    store.put_sandbox(sb);
+    SnapshotRecord snap;
+    snap.id = "5a1e0000-0000-4000-8000-000000000002";
+    snap.sandbox_id = "5a1e0000-0000-4000-8000-00000000dead";  // its sandbox deleted: snapshots stay
+    snap.dir = tmp.file("state/snapshots/x");
+    snap.state = "ready";
+    snap.image_digest = digest["snapshot"];
+    store.put_snapshot(snap);
+    TemplateRecord t;
+    t.name = "auto:default:1x256";
+    t.implicit = true;
+    t.state = "ready";
+    t.image_digest = digest["template"];
+    store.put_template(t);
+    ArchiveRecord a;
+    a.sandbox_id = "5a1e0000-0000-4000-8000-000000000003";
+    a.blob = "x.nva";
+    a.state = "ready";
+    a.image_digest = digest["archive"];
+    store.put_archive(a);
+    // Left by a daemon killed while pinning; and a file that is not a pin.
+    write_file(images + "/.0123456789abcdef.partial", "half an image");
+    write_file(images + "/notes.txt", "not a digest");
+
+    // Pinned and not yet recorded (a create between its pin and its record): held.
+    CHECK(pins.collect() == std::vector<std::string>{".0123456789abcdef.partial"});  // it goes at once
+    CHECK(names(images).size() == 6);  // 5 pins + notes.txt
+    for (const std::string name : {"sandbox", "snapshot", "template", "archive"}) pins.recorded(digest[name]);
+    CHECK(pins.collect().empty());  // "nobody" is still held: its caller has not recorded it yet
+    // Its caller failed before a record (no recorded()): once the grace period is over,
+    // the pin no record names goes, the others stay.
+    CHECK(pins.collect(std::chrono::milliseconds(0)) == std::vector<std::string>{digest["nobody"]});
+    CHECK(pins.path_of(digest["nobody"]).empty());
+    CHECK(!pins.path_of(digest["sandbox"]).empty());
+    CHECK(read_file(pins.path_of(digest["template"])) == "image of the template");
+    CHECK(fs::exists(images + "/notes.txt"));
+    CHECK(store.image_digests_in_use().size() == 4);
+
+    // Each record's deletion frees its pin, and only its own.
+    store.delete_sandbox(sb.id);
+    CHECK(pins.collect() == std::vector<std::string>{digest["sandbox"]});
+    store.delete_snapshot(snap.id);
+    CHECK(pins.collect() == std::vector<std::string>{digest["snapshot"]});
+    store.delete_template(t.name);
+    CHECK(pins.collect() == std::vector<std::string>{digest["template"]});
+    CHECK(!pins.path_of(digest["archive"]).empty());
+    store.delete_archive(a.sandbox_id);
+    CHECK(pins.collect() == std::vector<std::string>{digest["archive"]});
+    CHECK(names(images) == std::vector<std::string>{"notes.txt"});
+
+    // Pinned again (its digest known to the store's cache): a new pin with the same bytes,
+    // held by this ImagePins; a new daemon (a new ImagePins on the same state directory)
+    // holds nothing, so it collects it at once.
+    const ImagePin again = pins.pin(tmp.file("cache/sandbox.ext4"));
+    CHECK(again.digest == digest["sandbox"]);
+    CHECK(read_file(again.path) == "image of the sandbox");
+    CHECK(pins.collect().empty());
+    ImagePins restarted(store, images);
+    CHECK(restarted.collect() == std::vector<std::string>{digest["sandbox"]});
+    CHECK(names(images) == std::vector<std::string>{"notes.txt"});
 }

@@ -6,11 +6,18 @@ template_building with Retry-After and the template is listed (implicit); it end
 ready or failed with its reason, never 503 for ever (on this machine's /dev/kvm the
 guest cannot boot: failed, and the next create answers 502 vm_error with that reason);
 a create over --max-memory is refused before any build; --implicit-templates 0 boots
-cold (no template). TAP.
+cold (no template). Images pinned by templates: over a cache of its own (NANOVM_CACHE,
+a small file as the default image and no kernel) a template build pins the image
+(its image_digest is the file's SHA-256, <state>/images/<digest> has its bytes)
+before its boot fails, keeps it when the cache's name is repointed, and the pin goes
+with the template's delete. TAP.
 Usage: template_test.py NANOVM"""
 
+import hashlib
 import os
+import shutil
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -106,6 +113,40 @@ def run():
                "a create over --max-memory: 503 over_capacity, no template build started", a)
     finally:
         capped.cleanup()
+
+    # A cache of its own: rootfs/default -> default-1/disk.ext4, 1 MiB; no kernel (the boot fails after the pin).
+    cache = tempfile.mkdtemp(prefix="nanovm-cache-")
+    os.makedirs(os.path.join(cache, "rootfs", "default-1"))
+    image = os.urandom(1 << 20)
+    with open(os.path.join(cache, "rootfs", "default-1", "disk.ext4"), "wb") as f:
+        f.write(image)
+    os.symlink("default-1", os.path.join(cache, "rootfs", "default"))
+    digest = hashlib.sha256(image).hexdigest()
+    pinned = Daemon(nanovm, env={"NANOVM_CACHE": cache}).start()
+    try:
+        pin = os.path.join(pinned.state_dir, "images", digest)
+        t = pinned.post("/v1/templates", {"name": "pinned", "cpus": 1, "memory_mb": 256})
+        g = wait_built(pinned, "pinned")
+        j = g.json() if g.status == 200 else {}
+        tap.ok(j.get("state") == "failed" and "pinning" not in (j.get("error") or ""),
+               "a template over the fake image: pinned, then its boot failed", (t, g))
+        tap.ok(j.get("image_digest") == digest, "the template records the image's SHA-256", j)
+        with open(pin, "rb") as f:
+            tap.ok(f.read() == image, "<state>/images/<digest> holds the image's bytes")
+        # tools/rootfs/build repoints default: the template still names its pin.
+        os.makedirs(os.path.join(cache, "rootfs", "default-2"))
+        with open(os.path.join(cache, "rootfs", "default-2", "disk.ext4"), "wb") as f:
+            f.write(b"another image")
+        os.unlink(os.path.join(cache, "rootfs", "default"))
+        os.symlink("default-2", os.path.join(cache, "rootfs", "default"))
+        tap.ok(pinned.get("/v1/templates/pinned").json().get("image_digest") == digest and os.path.exists(pin),
+               "after the cache's default is repointed: the same digest, the pin kept")
+        dl = pinned.request("DELETE", "/v1/templates/pinned")
+        tap.ok(dl.status == 204 and not os.path.exists(pin),
+               "the template deleted: its pin, named by nothing else, is removed", os.listdir(os.path.dirname(pin)))
+    finally:
+        pinned.cleanup()
+        shutil.rmtree(cache, ignore_errors=True)
 
     cold = Daemon(nanovm, args=["--implicit-templates", "0"]).start()
     try:

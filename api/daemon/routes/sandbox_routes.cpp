@@ -111,13 +111,14 @@ void add_sandbox_routes(RouteContext& c) {
 
     c.router.add(RouteSpec{.method = "PATCH",
                            .pattern = "/v1/sandboxes/{id}",
-                           .summary = "Change a sandbox's timeout (end_at = now + timeout_s; null: none) or metadata",
+                           .summary = "Change a sandbox's timeout (end_at = now + timeout_s; null: none), autosleep_s or "
+                                      "metadata",
                            .errors = {"sandbox_not_found", "bad_json", "invalid_field", "unknown_field", "out_of_range",
                                       "wrong_state"},
                            .request_schema = "PatchSandbox",
                            .response_schema = "Sandbox"},
                  [&m](http::Request& req) {
-                     const JsonBody b(req.body, {"timeout_s", "metadata"});
+                     const JsonBody b(req.body, {"timeout_s", "autosleep_s", "metadata"});
                      PatchRequest p;
                      if (b.present("timeout_s") && b.raw("timeout_s").is_null()) {
                          p.set_timeout = true;  // explicitly null: no timeout
@@ -125,6 +126,9 @@ void add_sandbox_routes(RouteContext& c) {
                          p.set_timeout = true;
                          if (*v > 0) p.timeout_s = *v;
                      }
+                     if (b.present("autosleep_s") && b.raw("autosleep_s").is_null())
+                         throw ApiError("invalid_field", "\"autosleep_s\" must be an integer (0: never sleep), not null");
+                     p.autosleep_s = b.integer("autosleep_s", 0, kMaxTimeoutS);
                      p.labels = b.labels("metadata");
                      return json_response(200, sandbox_json(m.patch(req.params["id"], p)));
                  });

@@ -39,6 +39,12 @@ void IdleTracker::sample_cpu(const std::string& id, int64_t now_ms, double cpu_m
     e.sample = std::make_pair(now_ms, cpu_ms);
 }
 
+void IdleTracker::note_commands(const std::string& id, int64_t now_ms, size_t running) {
+    std::lock_guard lock(mutex_);
+    Entry& e = entry(id, now_ms);
+    if (running > 0) e.last_active_ms = std::max(e.last_active_ms, now_ms);
+}
+
 int64_t IdleTracker::idle_ms(const std::string& id, int64_t now_ms) {
     std::lock_guard lock(mutex_);
     const Entry& e = entry(id, now_ms);

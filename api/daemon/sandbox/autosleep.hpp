@@ -1,7 +1,8 @@
 // When a running sandbox is idle enough to be put to sleep (issue 19, "autosleep"):
 // no API call that needs its guest (exec, files, sessions, commands) for its
-// autosleep_s, none in flight, no command or session command running in it (their
-// owners hold an activity while one runs), and its VMM process using less than a
+// autosleep_s, none in flight, no session command running in it (its call holds an
+// activity while it runs), no background command running in it (the agent's job list,
+// asked once the idle time is reached: note_commands), and its VMM process using less than a
 // fraction of one CPU (a server or job that computes keeps it awake). The VMM's CPU
 // time is the host's view of the guest's vCPUs (plus its device thread); samples at
 // least `cpu_window_ms` apart decide. Pure bookkeeping: the manager samples, asks
@@ -37,6 +38,10 @@ public:
     /// they are cpu_window_ms apart; over cpu_fraction the sandbox was active. A
     /// smaller value than before (a new VMM: a reboot) starts the samples over.
     void sample_cpu(const std::string& id, int64_t now_ms, double cpu_ms);
+    /// What the guest's agent listed at `now_ms`: `running` background commands run
+    /// in it (they belong to the agent and outlive the call that started them, so no
+    /// activity covers them). Any running is activity: idle counts from now_ms.
+    void note_commands(const std::string& id, int64_t now_ms, size_t running);
     /// How long it has been idle at `now_ms` (0 while an activity is in flight).
     /// A sandbox never seen counts from its first call here.
     int64_t idle_ms(const std::string& id, int64_t now_ms);

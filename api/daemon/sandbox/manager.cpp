@@ -62,13 +62,13 @@ std::string lower(std::string_view text) {
 
 }  // namespace
 
-SandboxManager::SandboxManager(ManagerOptions options, store::Store& store)
+SandboxManager::SandboxManager(ManagerOptions options, store::Store& store, store::ImagePins& pins)
     : options_(std::move(options)),
       store_(store),
       vms_(options_.state_dir),
       idle_(options_.idle),
       blobs_(options_.state_dir + "/archives"),
-      pins_(store, options_.state_dir + "/images") {}
+      pins_(pins) {}
 
 SandboxManager::~SandboxManager() {
     stopping_ = true;
@@ -206,6 +206,7 @@ SandboxRecord SandboxManager::create(const CreateRequest& request) {
         throw ApiError(message.find("No space left on device") != std::string::npos ? "disk_full" : "vm_error", message);
     }
     reserve({r});
+    pins_.recorded(r.image_digest);  // its record names the pin now
     return launch(std::move(r), "");
 }
 
@@ -215,6 +216,7 @@ SandboxRecord SandboxManager::create_from_template(const TemplateUse& from, cons
     shaped.memory_mb = from.memory_mb;
     SandboxRecord r = new_record(shaped);
     r.image = from.image;
+    r.image_digest = from.image_digest;  // the image the template's snapshot runs over
     reserve({r});
     templates_->made_sandbox(from.name, r.id);
     if (const auto warm = templates_->take_warm(from.name)) {
@@ -254,6 +256,7 @@ SandboxRecord SandboxManager::patch(const std::string& id, const PatchRequest& r
     SandboxRecord r = must_get(id);
     require_allowed(SandboxOp::patch, state_of(r));
     if (request.labels) r.labels = *request.labels;
+    if (request.autosleep_s) r.autosleep_s = *request.autosleep_s;
     if (request.set_timeout) {
         r.timeout_s = request.timeout_s;
         // An archived sandbox's timeout starts again when it is unarchived.
@@ -291,6 +294,7 @@ void SandboxManager::remove(const std::string& id) {
         }
     }
     idle_.forget(lower(id));
+    pins_.collect();  // its image, if nothing else names it
     std::lock_guard lock(mutex_);
     slots_.erase(lower(id));
 }
@@ -382,6 +386,7 @@ void SandboxManager::recover_and_watch() {
             release(s.dir);
         }
     }
+    pins_.collect();  // images no record names (their last user went while the daemon was down)
     watcher_ = std::thread([this] { watch(); });
 }
 

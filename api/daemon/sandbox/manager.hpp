@@ -66,6 +66,9 @@ struct CreateRequest {
 struct PatchRequest {
     bool set_timeout = false;
     std::optional<int64_t> timeout_s;  ///< with set_timeout: nullopt = no timeout; else end_at = now + it
+    /// Seconds of idleness before it sleeps (0: never); nullopt: unchanged. Idle time is
+    /// counted as before (from the last call that needed the guest), not from the PATCH.
+    std::optional<int64_t> autosleep_s;
     std::optional<std::map<std::string, std::string>> labels;
 };
 
@@ -146,7 +149,8 @@ struct SandboxMetrics {
 
 class SandboxManager {
 public:
-    SandboxManager(ManagerOptions options, store::Store& store);
+    /// `pins`: the daemon's one ImagePins (<state>/images), shared with the TemplateManager.
+    SandboxManager(ManagerOptions options, store::Store& store, store::ImagePins& pins);
     ~SandboxManager();  ///< stops the watcher; VMMs keep running
     SandboxManager(const SandboxManager&) = delete;
     SandboxManager& operator=(const SandboxManager&) = delete;
@@ -180,8 +184,9 @@ public:
     /// error (a crashed guest). A failed boot leaves it in error with the reason.
     store::SandboxRecord reboot(const std::string& id);
     /// While one of these lives, the sandbox counts as busy for autosleep: exec and
-    /// file calls hold one; so must a background command or session command while it
-    /// runs in the guest. Movable; ends the activity when destroyed.
+    /// file calls and session commands hold one while they run; a background command,
+    /// which runs on after its call, is seen in the agent's job list (check_idle).
+    /// Movable; ends the activity when destroyed.
     class Activity {
     public:
         Activity(SandboxManager* manager, std::string id);
@@ -323,6 +328,10 @@ private:
     void check_sandboxes();
     /// The watcher's autosleep round for one running sandbox (manager_rest.cpp).
     void check_idle(const store::SandboxRecord& r, int64_t now);
+    /// How many background commands run in `r`'s guest, from its agent's job list
+    /// (not a call that needs the guest: it never counts as activity); 0 when the
+    /// agent cannot tell (logged).
+    size_t running_commands(const store::SandboxRecord& r);
     /// The watcher saw `r`'s VMM gone after its guest rebooted itself: rebooting,
     /// and a boot on a thread of its own (manager_rest.cpp).
     void reboot_in_background(const store::SandboxRecord& r);
@@ -365,7 +374,7 @@ private:
     IdleTracker idle_;
     int background_ = 0;  ///< reboot threads running (watch_mutex_); the destructor waits for them
     archive::DirBlobStore blobs_;  ///< <state>/archives
-    store::ImagePins pins_;        ///< <state>/images
+    store::ImagePins& pins_;       ///< <state>/images (the daemon's)
     std::mutex progress_mutex_;
     std::map<std::string, ArchiveProgress> progress_;
     std::mutex jobs_mutex_;

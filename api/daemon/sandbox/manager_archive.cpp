@@ -161,7 +161,8 @@ void SandboxManager::pack_into(const SandboxRecord& r, ArchiveRecord& a, const s
     // A sandbox that runs over an image not pinned yet (made from a template, or by
     // a daemon before pinning): the image its snapshot names is pinned now, so the
     // archive can name it by digest.
-    if (a.image_digest.empty()) a.image_digest = pins_.pin(archive::snapshot_root_image(work)).digest;
+    const bool pinned_here = a.image_digest.empty();
+    if (pinned_here) a.image_digest = pins_.pin(archive::snapshot_root_image(work)).digest;
     auto writer = blobs_.put(a.blob);
     const archive::PackStats stats =
         archive::pack_snapshot(work, archive_info(r), *writer, [this, &r](uint64_t done, uint64_t total) {
@@ -173,6 +174,7 @@ void SandboxManager::pack_into(const SandboxRecord& r, ArchiveRecord& a, const s
     a.raw_bytes = static_cast<int64_t>(stats.raw_bytes);
     a.compressed_bytes = static_cast<int64_t>(stats.compressed_bytes);
     store_.put_archive(a);
+    if (pinned_here) pins_.recorded(a.image_digest);
     log_line(fmt::format("sandbox {}: archived {} MiB into {} MiB ({}, {} zstd workers) in {:.0f} ms ({:.1f} MB/s)", r.id,
                          stats.raw_bytes >> 20, stats.compressed_bytes >> 20, a.blob, stats.workers, stats.ms,
                          stats.ms > 0 ? static_cast<double>(stats.raw_bytes) / 1e3 / stats.ms : 0.0));

@@ -39,7 +39,11 @@ SandboxRecord SandboxManager::sleep(const std::string& id) {
 void SandboxManager::check_idle(const SandboxRecord& r, int64_t now) {
     if (const pid_t pid = vms_.pid(r.vm_id); pid > 0)
         if (const auto cpu = process_cpu_ms(pid)) idle_.sample_cpu(r.id, now, *cpu);
-    const int64_t idle = idle_.idle_ms(r.id, now);
+    if (idle_.idle_ms(r.id, now) < r.autosleep_s * 1000) return;
+    // Idle long enough by the calls and the CPU: a background command still running in
+    // the guest (a server waiting on I/O, `sleep 600`) keeps it awake.
+    idle_.note_commands(r.id, store::now_ms(), running_commands(r));
+    const int64_t idle = idle_.idle_ms(r.id, store::now_ms());
     if (idle < r.autosleep_s * 1000) return;
     const auto s = slot(r.id);
     std::unique_lock op(s->op, std::try_to_lock);
@@ -57,6 +61,25 @@ void SandboxManager::check_idle(const SandboxRecord& r, int64_t now) {
     set_state(*again, *transition(SandboxOp::autosleep).to);
     log_line(fmt::format("sandbox {}: idle for {:.1f} s (autosleep_s {}): sleeping", again->id,
                          static_cast<double>(idle) / 1000, again->autosleep_s));
+}
+
+size_t SandboxManager::running_commands(const SandboxRecord& r) {
+    try {
+        // Straight to its VM's agent: agent_for() would count as a call that needs the guest.
+        agent::AgentClient client = vms_.agent(r.vm_id, std::chrono::seconds(2));
+        client.set_deadline(std::chrono::steady_clock::now() + std::chrono::seconds(5));
+        size_t running = 0;
+        for (const agent::JobInfo& j : client.list_jobs()) running += j.running ? 1 : 0;
+        return running;
+    } catch (const agent::AgentError& e) {
+        // EOPNOTSUPP: an agent without background commands has none running.
+        if (e.errno_name() != "EOPNOTSUPP")
+            log_line(fmt::format("sandbox {}: autosleep: listing its commands: {} ({})", r.id, e.message(),
+                                 e.errno_name()));
+    } catch (const std::exception& e) {
+        log_line(fmt::format("sandbox {}: autosleep: listing its commands: {}", r.id, e.what()));
+    }
+    return 0;  // cannot tell: the calls and the CPU decide
 }
 
 SandboxRecord SandboxManager::reboot(const std::string& id) {

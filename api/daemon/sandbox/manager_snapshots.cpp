@@ -134,6 +134,7 @@ void SandboxManager::remove_snapshot(const std::string& id) {
         throw ApiError("wrong_state", fmt::format("snapshot {} is still being saved: wait until it is durable", s.id));
     store_.delete_snapshot(s.id);
     release(s.dir);
+    pins_.collect();  // its image, if nothing else names it
 }
 
 int64_t SandboxManager::snapshot_size(const SnapshotRecord& snapshot) { return allocated_bytes(snapshot.dir, true); }

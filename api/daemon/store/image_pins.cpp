@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -157,6 +159,7 @@ ImagePin ImagePins::pin(const std::string& source) {
     if (known) {
         if (std::string path = path_of(*known); !path.empty()) {
             store_.put_image_source(seen, *known);
+            hold(*known);
             return ImagePin{*known, path};
         }
     }
@@ -200,11 +203,78 @@ ImagePin ImagePins::pin(const std::string& source) {
         log_line(fmt::format("pinned {} as images/{}: {} ({} MiB), {} in {:.0f} ms", real, digest, how,
                              seen.bytes >> 20, known ? "its digest known" : "hashed",
                              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()));
+        hold(digest);
         return ImagePin{digest, target};
     } catch (...) {
         ::unlink(tmp.c_str());
         throw;
     }
+}
+
+void ImagePins::hold(const std::string& digest) {
+    Hold& h = holds_[digest];
+    ++h.count;
+    h.last = std::chrono::steady_clock::now();
+}
+
+void ImagePins::recorded(const std::string& digest) {
+    std::lock_guard lock(mutex_);
+    const auto h = holds_.find(digest);
+    if (h != holds_.end() && --h->second.count <= 0) holds_.erase(h);
+}
+
+std::vector<std::string> ImagePins::collect(std::chrono::milliseconds grace) noexcept {
+    std::lock_guard lock(mutex_);  // no pin() of this daemon is in progress meanwhile
+    const auto now = std::chrono::steady_clock::now();
+    std::vector<std::string> removed;
+    std::vector<std::string> in_use;
+    try {
+        in_use = store_.image_digests_in_use();
+    } catch (const std::exception& e) {
+        log_line(fmt::format("images: not collected: {}", e.what()));
+        return removed;
+    }
+    std::sort(in_use.begin(), in_use.end());
+    std::error_code ec;
+    for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        const bool partial = name.size() > 9 && name.front() == '.' && name.ends_with(".partial");
+        if (!partial) {
+            if (!is_digest(name) || std::binary_search(in_use.begin(), in_use.end(), name)) continue;
+            if (const auto h = holds_.find(name); h != holds_.end() && h->second.count > 0 && now - h->second.last < grace)
+                continue;
+        }
+        if (::unlink(it->path().c_str()) == 0) {
+            removed.push_back(name);
+            holds_.erase(name);
+        } else {
+            log_line(fmt::format("images: cannot remove {}: {}", it->path().string(), std::strerror(errno)));
+        }
+    }
+    if (ec) log_line(fmt::format("images: listing {}: {}", dir_, ec.message()));
+    if (!removed.empty()) {
+        try {
+            fsync_path(dir_, true);  // the removals durable (a crash could only bring a pin back: collected again)
+        } catch (const std::exception& e) {
+            log_line(fmt::format("images: {}", e.what()));
+        }
+        for (const std::string& name : removed)
+            log_line(fmt::format("images: removed {} ({})", name,
+                                 is_digest(name) ? "no record names it" : "a pin cut short"));
+    }
+    return removed;
+}
+
+std::vector<std::string> Store::image_digests_in_use() {
+    std::lock_guard lock(mutex_);
+    Statement q = db_.prepare(
+        "SELECT image_digest FROM sandboxes WHERE image_digest != '' UNION "
+        "SELECT image_digest FROM snapshots WHERE image_digest != '' UNION "
+        "SELECT image_digest FROM templates WHERE image_digest != '' UNION "
+        "SELECT image_digest FROM archives WHERE image_digest != ''");
+    std::vector<std::string> out;
+    while (q.step()) out.push_back(q.text(0));
+    return out;
 }
 
 std::optional<std::string> Store::image_source_digest(const ImageSource& s) {

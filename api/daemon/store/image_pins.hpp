@@ -1,7 +1,8 @@
 // Pinned root images: the daemon keeps every root image it boots a sandbox from
 // under <state>/images/<sha256 hex of its bytes>, and starts VMMs over that file,
-// so every snapshot's vm.state, every archive and (later) every template names a
-// file that never changes. The cache's images (<cache>/rootfs/<name> ->
+// so every snapshot's vm.state, every archive and every template (its build boots
+// over the pin and records the digest; the sandboxes made from it record it too)
+// names a file that never changes. The cache's images (<cache>/rootfs/<name> ->
 // <name>-<key>/disk.ext4) are repointed by tools/rootfs/build when guest-init
 // changes, and only the last 3 are kept: a restore over the new one would run a
 // guest's page cache over a different disk.
@@ -18,10 +19,21 @@
 // another state directory, or in the test host where the cache is read-only over 9p,
 // then copies without hashing (in the test host a first create took 47.6 s when it
 // hashed and copied the 495 MiB image).
+//
+// Collection: a pin that no sandbox, snapshot, template or archive record names by
+// its digest (Store::image_digests_in_use) is removed by collect(), except one held:
+// a create, template build or archive pins first and stores the record naming the
+// digest after, so pin() holds the digest until the caller says recorded() (or the
+// grace period passes: a caller that failed before its record). One ImagePins serves
+// the whole daemon, so every hold is known. `.partial` files left by a daemon killed
+// while pinning go too.
 #pragma once
 
+#include <chrono>
+#include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "api/daemon/store/store.hpp"
 
@@ -42,6 +54,15 @@ public:
     /// now is pinned). Thread-safe. Throws Error (not a regular file), SysError
     /// (open, link, copy, read, fsync, rename; ENOSPC).
     ImagePin pin(const std::string& source);
+    /// The record naming a digest pin() returned is stored: that hold ends.
+    void recorded(const std::string& digest);
+    /// Removes every pin whose digest no record of the store names, except those
+    /// held (pin() returned them less than `grace` ago, recorded() not called yet),
+    /// and leftover `.partial` files. Returns
+    /// the digests (and `.partial` names) removed; a file that cannot be removed is
+    /// left (tried again next time). Never throws: a failure (the store's query) is
+    /// logged and nothing is removed. Thread-safe (waits for a pin() in progress).
+    std::vector<std::string> collect(std::chrono::milliseconds grace = std::chrono::minutes(10)) noexcept;
     /// The pinned file of `digest`, or "" if there is none (an unknown or malformed digest).
     std::string path_of(const std::string& digest) const;
     const std::string& dir() const noexcept { return dir_; }
@@ -50,6 +71,12 @@ private:
     Store& store_;
     std::string dir_;
     std::mutex mutex_;
+    void hold(const std::string& digest);  ///< under mutex_
+    struct Hold {
+        int count = 0;                               ///< pin() calls not yet recorded()
+        std::chrono::steady_clock::time_point last;  ///< the last pin()
+    };
+    std::map<std::string, Hold> holds_;  ///< by digest
 };
 
 /// SHA-256 of the whole file `path` (holes read as zeros, not read), as 64

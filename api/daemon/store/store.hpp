@@ -80,7 +80,7 @@ struct TemplateRecord {
     std::string state;      ///< building, ready, failed
     std::string error;      ///< why, when failed
     std::string image;      ///< image name ("" for one from a snapshot of a restore)
-    std::string image_digest;  ///< sha256 of the root image once images are pinned; "" until then
+    std::string image_digest;  ///< the pinned root image its snapshot runs over (its build pins it, or its snapshot's); "" for one built before pins
     int64_t cpus = 0;
     int64_t memory_mb = 0;
     std::string snapshot_id;  ///< made from this snapshot ("" if booted)
@@ -208,6 +208,9 @@ public:
     // Pinned images (store/image_pins.cpp).
     /// The digest recorded for `source` if the file is still the one seen then
     /// (same path, device, inode, size and mtime).
+    /// Every image digest a sandbox, snapshot, template or archive record names
+    /// (image_pins.cpp: what ImagePins::collect keeps).
+    std::vector<std::string> image_digests_in_use();
     std::optional<std::string> image_source_digest(const ImageSource& source);
     void put_image_source(const ImageSource& source, const std::string& digest);
 

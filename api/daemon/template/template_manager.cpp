@@ -54,9 +54,10 @@ std::string implicit_template_name(const std::string& image, uint32_t cpus, uint
     return fmt::format("auto:{}:{}x{}", image, cpus, memory_mb);
 }
 
-TemplateManager::TemplateManager(TemplateOptions options, store::Store& store)
+TemplateManager::TemplateManager(TemplateOptions options, store::Store& store, store::ImagePins& pins)
     : options_(std::move(options)),
       store_(store),
+      pins_(pins),
       vms_(options_.state_dir),
       pool_(options_.state_dir + "/standbys", options_.max_standbys) {}
 
@@ -201,6 +202,7 @@ TemplateRecord TemplateManager::create(const NewTemplate& request) {
                                                          snap->cpus, snap->memory_mb));
         t.snapshot_id = snap->id;
         t.image = snap->image;
+        t.image_digest = snap->image_digest;  // pinned while the template lasts
         t.cpus = snap->cpus;
         t.memory_mb = snap->memory_mb;
         t.restore_dir = snap->dir;
@@ -266,7 +268,8 @@ void TemplateManager::build(TemplateRecord t) {
             store_.add_refs(t.dir, files);
         }
     } else {
-        error = boot_and_snapshot(t);
+        error = pin_image(t);
+        if (error.empty()) error = boot_and_snapshot(t);
         if (error.empty()) store_.add_refs(t.dir, store::external_files(t.restore_dir));
     }
     {
@@ -285,10 +288,26 @@ void TemplateManager::build(TemplateRecord t) {
     collect_implicit();
 }
 
+std::string TemplateManager::pin_image(TemplateRecord& t) {
+    try {
+        t.image_digest = pins_.pin(VmDriver::image_path(t.image)).digest;
+    } catch (const std::exception& e) {
+        return fmt::format("pinning root image {}: {}", t.image, e.what());
+    }
+    {
+        std::lock_guard lock(mutex_);
+        if (store_.template_record(t.name)) store_.put_template(t);  // recorded before the boot (not if deleted meanwhile)
+    }
+    pins_.recorded(t.image_digest);
+    return "";
+}
+
 std::string TemplateManager::boot_and_snapshot(const TemplateRecord& t) {
+    const std::string image = pins_.path_of(t.image_digest);
+    if (image.empty()) return fmt::format("its pinned root image images/{} is gone", t.image_digest);
     VmDriver::Started vm;
     try {
-        vm = vms_.start(static_cast<uint32_t>(t.cpus), static_cast<uint32_t>(t.memory_mb), VmDriver::image_path(t.image));
+        vm = vms_.start(static_cast<uint32_t>(t.cpus), static_cast<uint32_t>(t.memory_mb), image);
     } catch (const std::exception& e) {
         return e.what();
     }
@@ -325,7 +344,8 @@ TemplateUse TemplateManager::ready_use(TemplateRecord t) {
     t.used_ms = store::now_ms();
     ++t.uses;
     store_.put_template(t);
-    TemplateUse u{t.name, t.restore_dir, t.image, static_cast<uint32_t>(t.cpus), static_cast<uint32_t>(t.memory_mb), {}};
+    TemplateUse u{t.name, t.restore_dir, t.image, t.image_digest, static_cast<uint32_t>(t.cpus),
+                  static_cast<uint32_t>(t.memory_mb), {}};
     u.standby_sockets = pool_.sockets(u.cpus, u.memory_mb);
     pool_.note_use(u.cpus, u.memory_mb);
     refill_warm(t);
@@ -407,6 +427,7 @@ void TemplateManager::drop(const TemplateRecord& t) {
     }
     store_.delete_template(t.name);
     if (!t.dir.empty()) store::release_and_collect(store_, t.dir);
+    pins_.collect();  // its image, if nothing else names it
 }
 
 void TemplateManager::collect_implicit() {

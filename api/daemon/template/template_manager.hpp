@@ -49,6 +49,7 @@
 
 #include "api/daemon/api_error.hpp"
 #include "api/daemon/sandbox/vm_driver.hpp"
+#include "api/daemon/store/image_pins.hpp"
 #include "api/daemon/store/store.hpp"
 #include "api/daemon/template/standby_pool.hpp"
 
@@ -78,6 +79,7 @@ struct TemplateUse {
     std::string name;
     std::string restore_dir;
     std::string image;
+    std::string image_digest;  ///< the pinned image its snapshot runs over ("" for one built before pins)
     uint32_t cpus = 0;
     uint32_t memory_mb = 0;
     std::vector<std::string> standby_sockets;  ///< pre-made VMMs of its shape (may be empty)
@@ -105,7 +107,8 @@ public:
     /// builds it again.
     static constexpr std::chrono::seconds kRetryFailedAfter{30};
 
-    TemplateManager(TemplateOptions options, store::Store& store);
+    /// `pins`: the daemon's one ImagePins (<state>/images), shared with the SandboxManager.
+    TemplateManager(TemplateOptions options, store::Store& store, store::ImagePins& pins);
     ~TemplateManager();  ///< waits for running builds (each ends at its next step)
     TemplateManager(const TemplateManager&) = delete;
     TemplateManager& operator=(const TemplateManager&) = delete;
@@ -153,6 +156,9 @@ private:
     void start_build(store::TemplateRecord t);
     void build(store::TemplateRecord t);
     /// Boots, runs the setup lines, snapshots; returns "" or why it failed.
+    /// Pins the image of `t` (store/image_pins.hpp) and records its digest in `t` and
+    /// the store before the build boots over it. Returns "" or the failure.
+    std::string pin_image(store::TemplateRecord& t);
     std::string boot_and_snapshot(const store::TemplateRecord& t);
     /// Removes implicit templates beyond the cap, least recently used first (never
     /// one that is building or has sandboxes).
@@ -167,6 +173,7 @@ private:
 
     TemplateOptions options_;
     store::Store& store_;
+    store::ImagePins& pins_;  ///< a build boots over the pinned image and records its digest
     VmDriver vms_;
     StandbyPool pool_;
     std::mutex mutex_;  ///< check-and-start of builds; building_memory_
