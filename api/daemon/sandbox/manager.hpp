@@ -85,6 +85,9 @@ struct ExecOutcome {
 struct ExecSinks {
     std::function<bool(std::string_view)> on_stdout;
     std::function<bool(std::string_view)> on_stderr;
+    /// Asked while the command writes nothing (every 100 ms): true once the client is
+    /// gone (the command is then killed too). Unset: only the writes tell.
+    std::function<bool()> client_gone;
 };
 
 /// POST /v1/sandboxes/{id}/sessions: the shell's start (it runs as root).
@@ -219,9 +222,11 @@ public:
     std::vector<CommandInfo> list_commands(const std::string& id);
     CommandInfo get_command(const std::string& id, const std::string& command_id);
     /// Streams what the agent keeps of the output into `sink`, then (with `follow`)
-    /// the live output until the command ends. Returns the command as it is then.
+    /// the live output until the command ends, or until `client_gone` (asked every
+    /// 100 ms; the command runs on) says the reader left. Returns the command as it
+    /// is then.
     CommandInfo command_output(const std::string& id, const std::string& command_id, bool follow,
-                               const CommandOutputSink& sink);
+                               const CommandOutputSink& sink, const std::function<bool()>& client_gone = {});
     /// Waits up to `timeout` for the end; returns the command either way.
     CommandInfo wait_command(const std::string& id, const std::string& command_id, std::chrono::milliseconds timeout);
     /// Feeds its stdin (then closes it with `eof`).
