@@ -3,6 +3,8 @@
 // manager_snapshots.cpp.
 #include "api/daemon/sandbox/manager.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -18,6 +20,7 @@
 #include "api/vm/state_dir.hpp"
 #include "snapshot/manifest.hpp"
 #include "vmm/error.hpp"
+#include "vmm/fd.hpp"
 #include "vmm/log.hpp"
 
 namespace nanovm::daemon {
@@ -368,6 +371,7 @@ void SandboxManager::recover_and_watch() {
         }
         vm::remove_if_dead(p);
     }
+    recover_fork_bases();
     // Snapshots whose taking was cut short: kept if complete, else undone.
     for (SnapshotRecord s : store_.snapshots("", "", INT64_MAX)) {
         if (s.state != "saving") continue;
@@ -382,6 +386,35 @@ void SandboxManager::recover_and_watch() {
         }
     }
     watcher_ = std::thread([this] { watch(); });
+}
+
+void SandboxManager::recover_fork_bases() {
+    // Recorded but never released: the fork was cut after the store took its base
+    // (its children that were recorded keep it through their references).
+    std::set<std::string> recorded;
+    for (const store::DirRecord& d : store_.dirs()) {
+        recorded.insert(d.path);
+        if (d.kind == "fork" && !d.released && !d.removing) {
+            log_line(fmt::format("releasing fork base {} (a fork cut short)", d.path));
+            release(d.path);
+        }
+    }
+    // Never recorded: the fork was cut while its children started, so none of them
+    // was recorded (their VMMs were stopped above). Removed unless a VMM still holds
+    // its users.lock (vm::ForkBase), which nothing should.
+    std::error_code ec;
+    for (fs::directory_iterator it(options_.state_dir + "/forks", ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string path = it->path().string();
+        if (recorded.count(path)) continue;
+        Fd lock(::open((path + "/users.lock").c_str(), O_RDONLY | O_CLOEXEC));
+        if (lock && ::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+            log_line(fmt::format("fork base {}: no record names it, but a VMM still uses it: kept", path));
+            continue;
+        }
+        std::error_code rm;
+        fs::remove_all(path, rm);
+        log_line(fmt::format("removed fork base {} (a fork cut short){}", path, rm ? ": " + rm.message() : ""));
+    }
 }
 
 void SandboxManager::watch() {

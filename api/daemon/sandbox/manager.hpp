@@ -149,7 +149,8 @@ public:
 
     /// At start, before serving: finishes removals and deletes cut short, adopts
     /// every live VMM of a recorded sandbox, marks the others error (with the reason
-    /// from vmm.log), stops VMMs no record names, then starts the watcher.
+    /// from vmm.log), stops VMMs no record names, releases or removes the fork bases
+    /// of forks cut short, settles snapshots cut short, then starts the watcher.
     void recover_and_watch();
     /// Creates restore templates (template_manager.hpp) from here on: a create with
     /// "template", or with an image and shape (its implicit template); the templates'
@@ -300,6 +301,9 @@ private:
     /// The command as the daemon shows it (its end time noted when first seen).
     CommandInfo command_info(const std::string& sandbox_id, const agent::JobInfo& job);
     void release(const std::string& dir);
+    /// At start: fork bases a fork cut short left, released (recorded ones: nobody
+    /// owns a fork base) or removed (ones the store never took).
+    void recover_fork_bases();
     void watch();
     void check_sandboxes();
     /// The watcher's autosleep round for one running sandbox (manager_rest.cpp).
