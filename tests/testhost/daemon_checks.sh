@@ -4,8 +4,10 @@
 # renumbered into checks.sh's.
 # tests/daemon/testhost_templates.py (templates), testhost_session_checks.py (sessions,
 # background commands, binary output), testhost_rest_checks.py (rest states: sleep,
-# autosleep, reboot) and testhost_archive_checks.py (archive and unarchive) run after it
-# the same way.
+# autosleep, reboot), testhost_archive_checks.py (archive and unarchive) and
+# testhost_load_checks.py (20 sandboxes 4 at a time, 64 concurrent streamed execs and a
+# client that never reads, kill -9 of the daemon during a create, a snapshot and a
+# fork) run after it the same way.
 # Usage (sourced): . daemon_checks.sh   with $nanovm $work set.
 dm_run() {  # dm_run SCRIPT SECONDS
 dm=$work/daemon/$1
@@ -23,3 +25,4 @@ dm_run testhost_templates.py 300
 dm_run testhost_session_checks.py 240
 dm_run testhost_rest_checks.py 240
 dm_run testhost_archive_checks.py 300
+dm_run testhost_load_checks.py 360
