@@ -1,7 +1,8 @@
 // What the sandbox manager settles at start (SandboxManager::recover_and_watch) after
-// a daemon was killed in the middle of a fork, without a guest: a fork base the store
-// recorded but never released, one it never recorded at all (the fork was cut while
-// its children started), and one a kept sandbox's directory still references. The
+// a daemon was killed in the middle of a fork or a create, without a guest: a fork
+// base the store recorded but never released, one it never recorded at all (the fork
+// was cut while its children started), one a kept sandbox's directory still
+// references; a sandbox recorded running whose VM directory the store never took. The
 // test-host check (tests/daemon/testhost_load_checks.py) kills a real daemon during
 // a fork; this pins the rule down on real files.
 #include <catch2/catch.hpp>
@@ -74,4 +75,36 @@ TEST_CASE("recovery: fork bases of a fork cut short are released or removed; a r
         CHECK(referenced_released);  // released: it goes with the snapshot that keeps it
         CHECK_FALSE(recorded_known);
     }
+}
+
+TEST_CASE("recovery: a sandbox recorded running whose VM directory the store never took gets it",
+          "[daemon][recovery]") {
+    // A create cut between set_state(running) and track_dir: without the directory
+    // in the store, deleting the sandbox would leave it on disk for good.
+    test::TempDir tmp("recovery");
+    const std::string state = tmp.path();
+    const std::string vm = "0123456789ab";
+    const std::string dir = state + "/vms/" + vm;
+    fs::create_directories(dir);
+    std::ofstream(dir + "/vmm.log") << "nanovm: VM 0123456789ab ended: killed\n";
+    store::Store store(state + "/store.db");
+    store::SandboxRecord r;
+    r.id = "11111111-2222-4333-8444-555555555555";
+    r.vm_id = vm;
+    r.state = "running";
+    r.cpus = 1;
+    r.memory_mb = 128;
+    r.created_ms = r.updated_ms = 1;
+    store.put_sandbox(r);
+    ManagerOptions options;
+    options.state_dir = state;
+    SandboxManager manager(options, store);
+    manager.recover_and_watch();
+    bool known = false;
+    for (const store::DirRecord& d : store.dirs())
+        if (d.path == dir) known = d.kind == "vm" && d.owner == r.id && !d.released;
+    CHECK(known);
+    CHECK(store.sandbox(r.id)->state == "error");  // its VMM is gone: error, with the reason
+    manager.remove(r.id);
+    CHECK_FALSE(fs::exists(dir));
 }

@@ -328,7 +328,8 @@ void SandboxManager::release(const std::string& dir) { store::release_and_collec
 void SandboxManager::recover_and_watch() {
     for (const std::string& dir : store::finish_removals(store_)) log_line("removed " + dir + " (a removal cut short)");
     recover_archives();
-    std::set<std::string> known_vms;
+    std::set<std::string> known_vms, tracked;
+    for (const store::DirRecord& d : store_.dirs()) tracked.insert(d.path);
     for (SandboxRecord r : store_.all_sandboxes()) {
         const SandboxState st = state_of(r);
         if (st == SandboxState::creating && r.vm_id.empty()) {
@@ -342,7 +343,16 @@ void SandboxManager::recover_and_watch() {
             if (!r.vm_id.empty()) release(vms_.paths(r.vm_id).dir);
             continue;
         }
-        if (!r.vm_id.empty()) known_vms.insert(r.vm_id);
+        if (!r.vm_id.empty()) {
+            known_vms.insert(r.vm_id);
+            // A create, restore or fork cut between recording the sandbox running and
+            // recording its directory: taken now, or its delete would leave it on disk.
+            const std::string dir = vms_.paths(r.vm_id).dir;
+            if (!tracked.count(dir) && fs::is_directory(dir)) {
+                log_line(fmt::format("sandbox {}: recording its VM directory {} (a create cut short)", r.id, dir));
+                store::track_dir(store_, dir, "vm", r.id);
+            }
+        }
         if (!holds_resources(st)) continue;
         const vm::Adoption a = vms_.adopt(r.vm_id);
         if (a.state == vm::Adoption::State::dead && allowed(SandboxOp::vmm_died, st) && vms_.ended_in_reboot(r.vm_id)) {
