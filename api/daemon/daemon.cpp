@@ -189,7 +189,9 @@ int run_daemon(const DaemonOptions& given) {
         manager.recover_and_watch();
 
         Metrics metrics;
-        WorkerPool pool(options.workers, 1024);
+        WorkerPool::Limits pool_limits;
+        pool_limits.max_threads = options.workers;
+        WorkerPool pool(pool_limits);
         Router router(pool);
         RouteContext context{router, metrics, options, std::chrono::steady_clock::now(), &manager, &templates,
                              [&manager] { return manager.count_by_state(); }};

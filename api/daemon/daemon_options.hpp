@@ -30,7 +30,7 @@ struct DaemonOptions {
     uint64_t max_memory_mb = 0;        ///< memory_mb committed at most (0: 90% of the host's MemTotal)
     uint64_t max_file_bytes = 256u << 20;  ///< a file written through the API at most (its body is held whole)
     uint64_t max_import_bytes = uint64_t{64} << 30;  ///< a snapshot import's body at most (spooled to a file)
-    unsigned workers = 32;             ///< threads for long requests
+    unsigned workers = 1024;           ///< threads for long requests at most (the pool grows to it: worker_pool.hpp)
     uint32_t max_implicit_templates = 4;  ///< implicit templates kept, LRU (0: creates boot cold)
     uint32_t standbys = 1;             ///< pre-made VMMs for the most used template shapes (0: none)
     uint32_t warm = 0;                 ///< VMs restored from templates ahead of creates (0: none)

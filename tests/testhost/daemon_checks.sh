@@ -5,7 +5,9 @@
 # tests/daemon/testhost_templates.py (templates), testhost_session_checks.py (sessions,
 # background commands, binary output), testhost_rest_checks.py (rest states: sleep,
 # autosleep, reboot), testhost_archive_checks.py (archive and unarchive) and
-# testhost_export_checks.py (snapshot export and import) run after it the same way.
+# testhost_export_checks.py (snapshot export and import) and testhost_load_checks.py (20
+# sandboxes 4 at a time, 64 concurrent streamed execs and a client that never reads,
+# kill -9 of the daemon during a create, a snapshot and a fork) run after it the same way.
 # Usage (sourced): . daemon_checks.sh   with $nanovm $work set.
 dm_run() {  # dm_run SCRIPT SECONDS
 dm=$work/daemon/$1
@@ -24,3 +26,4 @@ dm_run testhost_session_checks.py 240
 dm_run testhost_rest_checks.py 240
 dm_run testhost_archive_checks.py 300
 dm_run testhost_export_checks.py 180
+dm_run testhost_load_checks.py 360

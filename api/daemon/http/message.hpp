@@ -51,6 +51,12 @@ public:
     /// is queued. False once the client is gone (or stopped reading for the write
     /// timeout): the producer should stop.
     virtual bool write(std::string_view data) = 0;
+    /// True once the client is gone: its connection failed, or it closed it (or its
+    /// sending side: an HTTP client waiting for this answer keeps it open). Cheap and
+    /// thread-safe: a producer whose source is silent (a command that writes nothing)
+    /// asks it now and then, since it would learn it from write() only at its next
+    /// output.
+    virtual bool client_gone() { return false; }
 };
 
 /// A response: a whole body, or (with `stream` set) chunks a producer writes.

@@ -3,6 +3,7 @@
 #include "api/daemon/http/server.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -24,6 +25,7 @@
 #include "api/daemon/api_error.hpp"
 #include "api/daemon/auth.hpp"
 #include "vmm/error.hpp"
+#include "vmm/fd.hpp"
 #include "vmm/log.hpp"
 
 namespace nanovm::daemon::http {
@@ -241,7 +243,23 @@ private:
             Session& session;
             std::shared_ptr<StreamState> state;
             size_t window;
-            Sink(Session& s, std::shared_ptr<StreamState> st, size_t w) : session(s), state(std::move(st)), window(w) {}
+            // The connection's socket, dup'ed: polled for the client's hang-up from the
+            // producer's thread (a number of our own, never reused while we hold it;
+            // Session::close() shuts the socket down, so holding it delays nothing).
+            Fd peer;
+            Sink(Session& s, std::shared_ptr<StreamState> st, size_t w, int fd)
+                : session(s), state(std::move(st)), window(w), peer(::fcntl(fd, F_DUPFD_CLOEXEC, 0)) {}
+            bool client_gone() override {
+                {
+                    std::lock_guard lock(state->mutex);
+                    if (state->failed) return true;
+                }
+                if (!peer) return false;
+                pollfd p{peer.get(), POLLRDHUP, 0};
+                if (::poll(&p, 1, 0) != 1 || !(p.revents & (POLLRDHUP | POLLHUP | POLLERR))) return false;
+                state->fail();
+                return true;
+            }
             bool write(std::string_view data) override {
                 if (data.empty()) return true;
                 {
@@ -253,7 +271,7 @@ private:
                 session.stream_push(state, StreamState::Chunk{std::string(data), false});
                 return true;
             }
-        } sink(*this, state, options().stream_window);
+        } sink(*this, state, options().stream_window, stream_.socket().native_handle());
         bool complete = true;
         try {
             producer(sink);

@@ -117,7 +117,8 @@ void add_command_routes(RouteContext& c) {
                                 return false;
                             next[s] = offset + data.size();
                             return lines.data(s, data);
-                        });
+                        },
+                        [&sink] { return sink.client_gone(); });
                     lines.finish();
                     if (!end.job.running && end.job.id != 0) lines.line(exit_line(end));
                 } catch (const ApiError& e) {

@@ -37,7 +37,7 @@ bool OutputLines::finish() {
 
 ExecSinks OutputLines::sinks() {
     return ExecSinks{[this](std::string_view d) { return data(false, d); },
-                     [this](std::string_view d) { return data(true, d); }};
+                     [this](std::string_view d) { return data(true, d); }, [this] { return sink_.client_gone(); }};
 }
 
 http::Response exec_answer(bool stream, OutputEncoding encoding, const std::function<void()>& check,

@@ -3,6 +3,8 @@
 // manager_snapshots.cpp.
 #include "api/daemon/sandbox/manager.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -18,6 +20,7 @@
 #include "api/vm/state_dir.hpp"
 #include "snapshot/manifest.hpp"
 #include "vmm/error.hpp"
+#include "vmm/fd.hpp"
 #include "vmm/log.hpp"
 
 namespace nanovm::daemon {
@@ -330,7 +333,8 @@ void SandboxManager::recover_and_watch() {
     for (const std::string& dir : store::finish_removals(store_)) log_line("removed " + dir + " (a removal cut short)");
     recover_archives();
     recover_imports();
-    std::set<std::string> known_vms;
+    std::set<std::string> known_vms, tracked;
+    for (const store::DirRecord& d : store_.dirs()) tracked.insert(d.path);
     for (SandboxRecord r : store_.all_sandboxes()) {
         const SandboxState st = state_of(r);
         if (st == SandboxState::creating && r.vm_id.empty()) {
@@ -344,7 +348,16 @@ void SandboxManager::recover_and_watch() {
             if (!r.vm_id.empty()) release(vms_.paths(r.vm_id).dir);
             continue;
         }
-        if (!r.vm_id.empty()) known_vms.insert(r.vm_id);
+        if (!r.vm_id.empty()) {
+            known_vms.insert(r.vm_id);
+            // A create, restore or fork cut between recording the sandbox running and
+            // recording its directory: taken now, or its delete would leave it on disk.
+            const std::string dir = vms_.paths(r.vm_id).dir;
+            if (!tracked.count(dir) && fs::is_directory(dir)) {
+                log_line(fmt::format("sandbox {}: recording its VM directory {} (a create cut short)", r.id, dir));
+                store::track_dir(store_, dir, "vm", r.id);
+            }
+        }
         if (!holds_resources(st)) continue;
         const vm::Adoption a = vms_.adopt(r.vm_id);
         if (a.state == vm::Adoption::State::dead && allowed(SandboxOp::vmm_died, st) && vms_.ended_in_reboot(r.vm_id)) {
@@ -373,6 +386,7 @@ void SandboxManager::recover_and_watch() {
         }
         vm::remove_if_dead(p);
     }
+    recover_fork_bases();
     // Snapshots whose taking was cut short: kept if complete, else undone.
     for (SnapshotRecord s : store_.snapshots("", "", INT64_MAX)) {
         if (s.state != "saving") continue;
@@ -388,6 +402,35 @@ void SandboxManager::recover_and_watch() {
     }
     pins_.collect();  // images no record names (their last user went while the daemon was down)
     watcher_ = std::thread([this] { watch(); });
+}
+
+void SandboxManager::recover_fork_bases() {
+    // Recorded but never released: the fork was cut after the store took its base
+    // (its children that were recorded keep it through their references).
+    std::set<std::string> recorded;
+    for (const store::DirRecord& d : store_.dirs()) {
+        recorded.insert(d.path);
+        if (d.kind == "fork" && !d.released && !d.removing) {
+            log_line(fmt::format("releasing fork base {} (a fork cut short)", d.path));
+            release(d.path);
+        }
+    }
+    // Never recorded: the fork was cut while its children started, so none of them
+    // was recorded (their VMMs were stopped above). Removed unless a VMM still holds
+    // its users.lock (vm::ForkBase), which nothing should.
+    std::error_code ec;
+    for (fs::directory_iterator it(options_.state_dir + "/forks", ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string path = it->path().string();
+        if (recorded.count(path)) continue;
+        Fd lock(::open((path + "/users.lock").c_str(), O_RDONLY | O_CLOEXEC));
+        if (lock && ::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+            log_line(fmt::format("fork base {}: no record names it, but a VMM still uses it: kept", path));
+            continue;
+        }
+        std::error_code rm;
+        fs::remove_all(path, rm);
+        log_line(fmt::format("removed fork base {} (a fork cut short){}", path, rm ? ": " + rm.message() : ""));
+    }
 }
 
 void SandboxManager::watch() {

@@ -89,6 +89,9 @@ struct ExecOutcome {
 struct ExecSinks {
     std::function<bool(std::string_view)> on_stdout;
     std::function<bool(std::string_view)> on_stderr;
+    /// Asked while the command writes nothing (every 100 ms): true once the client is
+    /// gone (the command is then killed too). Unset: only the writes tell.
+    std::function<bool()> client_gone;
 };
 
 /// POST /v1/sandboxes/{id}/sessions: the shell's start (it runs as root).
@@ -157,7 +160,8 @@ public:
 
     /// At start, before serving: finishes removals and deletes cut short, adopts
     /// every live VMM of a recorded sandbox, marks the others error (with the reason
-    /// from vmm.log), stops VMMs no record names, then starts the watcher.
+    /// from vmm.log), stops VMMs no record names, releases or removes the fork bases
+    /// of forks cut short, settles snapshots cut short, then starts the watcher.
     void recover_and_watch();
     /// Creates restore templates (template_manager.hpp) from here on: a create with
     /// "template", or with an image and shape (its implicit template); the templates'
@@ -231,9 +235,11 @@ public:
     std::vector<CommandInfo> list_commands(const std::string& id);
     CommandInfo get_command(const std::string& id, const std::string& command_id);
     /// Streams what the agent keeps of the output into `sink`, then (with `follow`)
-    /// the live output until the command ends. Returns the command as it is then.
+    /// the live output until the command ends, or until `client_gone` (asked every
+    /// 100 ms; the command runs on) says the reader left. Returns the command as it
+    /// is then.
     CommandInfo command_output(const std::string& id, const std::string& command_id, bool follow,
-                               const CommandOutputSink& sink);
+                               const CommandOutputSink& sink, const std::function<bool()>& client_gone = {});
     /// Waits up to `timeout` for the end; returns the command either way.
     CommandInfo wait_command(const std::string& id, const std::string& command_id, std::chrono::milliseconds timeout);
     /// Feeds its stdin (then closes it with `eof`).
@@ -324,6 +330,9 @@ private:
     /// The command as the daemon shows it (its end time noted when first seen).
     CommandInfo command_info(const std::string& sandbox_id, const agent::JobInfo& job);
     void release(const std::string& dir);
+    /// At start: fork bases a fork cut short left, released (recorded ones: nobody
+    /// owns a fork base) or removed (ones the store never took).
+    void recover_fork_bases();
     void watch();
     void check_sandboxes();
     /// The watcher's autosleep round for one running sandbox (manager_rest.cpp).

@@ -102,7 +102,7 @@ CommandInfo SandboxManager::get_command(const std::string& id, const std::string
 }
 
 CommandInfo SandboxManager::command_output(const std::string& id, const std::string& command_id, bool follow,
-                                           const CommandOutputSink& sink) {
+                                           const CommandOutputSink& sink, const std::function<bool()>& client_gone) {
     const store::SandboxRecord r = must_get(id);
     const uint64_t job = job_id(command_id);
     const Activity busy = hold_awake(r.id);  // a call that needs the guest: not idle meanwhile
@@ -113,7 +113,10 @@ CommandInfo SandboxManager::command_output(const std::string& id, const std::str
             c.attach_job(job, 0, 0, follow, [&](agent::proto::JobStream stream, uint64_t offset, std::string_view d) {
                 if (!gone && !sink(stream, offset, d)) gone = true;
             });
-        while (!c.done(rid) && !gone) c.poll(std::chrono::milliseconds(100));
+        while (!c.done(rid) && !gone) {
+            c.poll(std::chrono::milliseconds(100));
+            if (client_gone && client_gone()) gone = true;  // a follower gone while the command is silent
+        }
         if (gone) return;  // the client went away: the connection (and the attach) is dropped
         c.wait(rid);
     });

@@ -108,6 +108,7 @@ ExecOutcome SandboxManager::run_request(agent::AgentClient& client,
         bool cancelled = false;
         while (sinks && !client.done(rid)) {
             client.poll(std::chrono::milliseconds(100));
+            if (!gone && sinks->client_gone && sinks->client_gone()) gone = true;
             if (gone && !cancelled) {
                 client.cancel(rid);  // the client went away: the command goes too
                 cancelled = true;
