@@ -27,6 +27,7 @@
 #include "snapshot/snapshot_writer.hpp"
 #include "snapshot/state_file.hpp"
 #include "snapshot/vm_state.hpp"
+#include "tests/support/chained_snapshot.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "vmm/fd.hpp"
 
@@ -247,20 +248,9 @@ std::string devices_json(const std::string& image, const std::string& frozen) {
         .dump();
 }
 
-snapshot::VmState small_state(uint64_t ram_bytes, const std::string& devices) {
-    snapshot::VmState s;
-    s.machine = {1, 0, ram_bytes};
-    snapshot::VcpuState v;
-    v.regs.rip = 0x1234;
-    v.xsave.assign(4096, 1);
-    v.mp_state.mp_state = KVM_MP_STATE_RUNNABLE;
-    s.vcpus.push_back(v);
-    s.devices = devices;
-    return s;
-}
 
 constexpr uint64_t kRam = 4u << 20;           // 1024 pages
-constexpr uint64_t kDisk = uint64_t{1} << 30;  // a 1 GiB sparse disk
+constexpr uint64_t kDisk = nanovm::test::kChainDiskBytes;  // the chain's 1 GiB sparse disk
 
 std::vector<uint8_t> page_of(uint8_t fill) { return std::vector<uint8_t>(4096, fill); }
 
@@ -269,46 +259,12 @@ std::vector<uint8_t> page_of(uint8_t fill) { return std::vector<uint8_t>(4096, f
 TEST_CASE("sandbox archive: a snapshot over another directory's chains packs self-contained and unpacks the same") {
     TempDir tmp("sarch");
     const std::string s1 = tmp.file("s1"), s2 = tmp.file("s2"), out = tmp.file("restore");
-    fs::create_directories(s1);
-    fs::create_directories(s2);
-    // Memory: a base layer in s1 (pages 0, 1, 500), a diff in s2 over it (pages 1, 700, and 3 written as zeros).
-    snapshot::LayerWriteResult base;
-    {
-        snapshot::LayerBuilder b(s1 + "/memory.layer", kRam, std::nullopt, true);
-        b.put(0, 1, page_of(0x10).data());
-        b.put(1, 1, page_of(0x11).data());
-        b.put(500, 1, page_of(0x50).data());
-        b.put(3, 1, page_of(0x33).data());
-        base = b.finish();
-    }
-    {
-        snapshot::LayerBuilder d(s2 + "/memory.layer", kRam, snapshot::ParentRef{"../s1/memory.layer", base.checksum}, false);
-        d.put(1, 1, page_of(0x21).data());
-        d.put(700, 1, page_of(0x70).data());
-        d.put(3, 1, page_of(0).data());
-        d.finish();
-    }
-    // Disk: a raw base in s1 (data in blocks 0 and 5), a frozen layer in s2 over it (block 5 rewritten, block 9 new).
-    {
-        Fd raw(::open((s1 + "/base.raw").c_str(), O_RDWR | O_CREAT, 0600));
-        REQUIRE(::ftruncate(raw.get(), kDisk) == 0);
-        REQUIRE(::pwrite(raw.get(), page_of(0xb0).data(), 4096, 0) == 4096);
-        REQUIRE(::pwrite(raw.get(), page_of(0xb5).data(), 4096, 5 * 4096) == 4096);
-    }
-    virtio::blk::LayeredDisk::create_top(s2 + "/d-1.layer", s1 + "/base.raw", virtio::blk::ParentKind::raw);
-    {
-        auto disk = virtio::blk::LayeredDisk::open(s2 + "/d-1.layer", true);
-        for (auto [block, fill] : {std::pair<uint64_t, uint8_t>{5, 0xc5}, {9, 0xc9}}) {
-            REQUIRE(::pwrite(disk.top_fd(), page_of(fill).data(), 4096,
-                             static_cast<off_t>(disk.top_data_offset() + block * 4096)) == 4096);
-            disk.mark_present(block * 4096, 4096);
-        }
-        disk.freeze(s2 + "/d-2.layer");
-    }
-    snapshot::write_file_atomic(s2 + "/vm.state",
-                                snapshot::encode_vm_state(small_state(kRam, devices_json("/cache/rootfs/disk.ext4", "d-1.layer"))));
-    const uint32_t base_crc = snapshot::LayerFile::open(s1 + "/memory.layer").checksum();
-    snapshot::write_manifest(s2, {"vm.state", "memory.layer", "d-1.layer"}, true, {{"../s1/memory.layer", base_crc}});
+    // Memory: a base layer in s1 (pages 0, 1, 500, 3), a diff in s2 over it (pages 1, 700,
+    // and 3 written as zeros); disk: a raw base in s1 (blocks 0 and 5), a frozen layer in
+    // s2 over it (block 5 rewritten, block 9 new): tests/support/chained_snapshot.hpp.
+    nanovm::test::write_chained_snapshot(
+        s1, s2, kRam, snapshot::encode_vm_state(nanovm::test::one_vcpu_state(kRam, devices_json("/cache/rootfs/disk.ext4", "d-1.layer"))),
+        /*zero_page_3=*/true);
 
     DirBlobStore store(tmp.file("archives"));
     uint64_t last_done = 0, last_total = 0;

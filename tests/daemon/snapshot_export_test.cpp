@@ -28,6 +28,7 @@
 #include "snapshot/snapshot_writer.hpp"
 #include "snapshot/state_file.hpp"
 #include "snapshot/vm_state.hpp"
+#include "tests/support/chained_snapshot.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "vmm/fd.hpp"
 
@@ -41,7 +42,7 @@ namespace fs = std::filesystem;
 
 constexpr uint64_t kMiB = 1u << 20;
 constexpr int64_t kMemoryMb = 128;              // the smallest shape the info takes
-constexpr uint64_t kDisk = uint64_t{1} << 30;  // a 1 GiB sparse disk
+constexpr uint64_t kDisk = nanovm::test::kChainDiskBytes;  // the chain's 1 GiB sparse disk
 const std::string kDigest(64, 'a');
 const std::string kOldRoot = "/cache/rootfs/default/disk.ext4";  // the exporting host's root image
 
@@ -68,55 +69,11 @@ std::string devices_json(int64_t cpus, int64_t memory_mib, const std::string& fr
 }
 
 // A snapshot in `s2` whose memory and disk chains start in `s1`: RAM pages 0, 1
-// (rewritten in s2), 500, 700 (s2); disk blocks 0, 5 (rewritten in s2), 9 (s2).
+// (rewritten in s2), 500, 700 (s2); disk blocks 0, 5 (rewritten in s2), 9 (s2)
+// (tests/support/chained_snapshot.hpp).
 void make_snapshot(const std::string& s1, const std::string& s2, const std::string& devices) {
-    fs::create_directories(s1);
-    fs::create_directories(s2);
     const uint64_t ram = kMemoryMb * kMiB;
-    snapshot::LayerWriteResult base;
-    {
-        snapshot::LayerBuilder b(s1 + "/memory.layer", ram, std::nullopt, true);
-        b.put(0, 1, page_of(0x10).data());
-        b.put(1, 1, page_of(0x11).data());
-        b.put(500, 1, page_of(0x50).data());
-        base = b.finish();
-    }
-    {
-        snapshot::LayerBuilder d(s2 + "/memory.layer", ram,
-                                 snapshot::ParentRef{"../" + fs::path(s1).filename().string() + "/memory.layer", base.checksum},
-                                 false);
-        d.put(1, 1, page_of(0x21).data());
-        d.put(700, 1, page_of(0x70).data());
-        d.finish();
-    }
-    {
-        Fd raw(::open((s1 + "/base.raw").c_str(), O_RDWR | O_CREAT, 0600));
-        REQUIRE(::ftruncate(raw.get(), kDisk) == 0);
-        REQUIRE(::pwrite(raw.get(), page_of(0xb0).data(), 4096, 0) == 4096);
-        REQUIRE(::pwrite(raw.get(), page_of(0xb5).data(), 4096, 5 * 4096) == 4096);
-    }
-    virtio::blk::LayeredDisk::create_top(s2 + "/d-1.layer", s1 + "/base.raw", virtio::blk::ParentKind::raw);
-    {
-        auto disk = virtio::blk::LayeredDisk::open(s2 + "/d-1.layer", true);
-        for (auto [block, fill] : {std::pair<uint64_t, uint8_t>{5, 0xc5}, {9, 0xc9}}) {
-            REQUIRE(::pwrite(disk.top_fd(), page_of(fill).data(), 4096,
-                             static_cast<off_t>(disk.top_data_offset() + block * 4096)) == 4096);
-            disk.mark_present(block * 4096, 4096);
-        }
-        disk.freeze(s2 + "/d-2.layer");
-    }
-    snapshot::VmState state;
-    state.machine = {1, 0, ram};
-    snapshot::VcpuState v;
-    v.regs.rip = 0x1234;
-    v.xsave.assign(4096, 1);
-    v.mp_state.mp_state = KVM_MP_STATE_RUNNABLE;
-    state.vcpus.push_back(v);
-    state.devices = devices;
-    snapshot::write_file_atomic(s2 + "/vm.state", snapshot::encode_vm_state(state));
-    const uint32_t base_crc = snapshot::LayerFile::open(s1 + "/memory.layer").checksum();
-    snapshot::write_manifest(s2, {"vm.state", "memory.layer", "d-1.layer"}, true,
-                             {{"../" + fs::path(s1).filename().string() + "/memory.layer", base_crc}});
+    nanovm::test::write_chained_snapshot(s1, s2, ram, snapshot::encode_vm_state(nanovm::test::one_vcpu_state(ram, devices)));
 }
 
 SnapshotExportInfo sample_info() {
