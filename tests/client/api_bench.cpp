@@ -118,7 +118,11 @@ struct ApiSide {
     std::string restore(const std::string& snap) { return api.post("/v1/snapshots/" + snap + "/restore")["id"]; }
     std::vector<std::string> fork(const std::string& id, int n) {
         std::vector<std::string> ids;
-        for (const json& c : api.post("/v1/sandboxes/" + id + "/fork", json{{"n", n}})["children"]) {
+        // The answer is kept in a variable: a range-for over `post(...)["children"]` iterates
+        // a member of a temporary destroyed before the loop runs (C++20 extends only the
+        // outermost temporary's life).
+        const json answer = api.post("/v1/sandboxes/" + id + "/fork", json{{"n", n}});
+        for (const json& c : answer.at("children")) {
             check(c["sandbox"].is_object(), "api fork child failed: " + c.dump());
             ids.push_back(c["sandbox"]["id"]);
         }
