@@ -312,6 +312,24 @@ private:
     void check_fits(int64_t n, int64_t want_memory);
     /// A new record in state creating (id, timestamps, timeout from `request`).
     store::SandboxRecord new_record(const CreateRequest& request) const;
+    /// A new snapshot record `id` in state saving, its directory
+    /// <state>/snapshots/<id>, created now, with the shape (cpus, memory_mb,
+    /// disable_internet) and root image (image, image_digest) of `from`: the sandbox
+    /// snapshotted, or an imported export's info.
+    template <class Source>
+    store::SnapshotRecord new_snapshot_record(std::string id, const Source& from) const {
+        store::SnapshotRecord snap;
+        snap.dir = options_.state_dir + "/snapshots/" + id;
+        snap.id = std::move(id);
+        snap.state = "saving";
+        snap.cpus = from.cpus;
+        snap.memory_mb = from.memory_mb;
+        snap.disable_internet = from.disable_internet;
+        snap.image = from.image;
+        snap.image_digest = from.image_digest;
+        snap.created_ms = store::now_ms();
+        return snap;
+    }
     /// Starts a VMM for the record (in state creating) and records the outcome.
     store::SandboxRecord launch(store::SandboxRecord record, const std::string& restore_dir,
                                 const std::vector<std::string>& standby_sockets = {});

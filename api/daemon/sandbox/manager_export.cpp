@@ -136,16 +136,7 @@ SnapshotRecord SandboxManager::import_snapshot(const std::string& file) {
         if (is_disk_full(e)) throw ApiError("disk_full", fmt::format("import: {}", e.what()));
         throw;
     }
-    SnapshotRecord snap;
-    snap.id = id;
-    snap.dir = options_.state_dir + "/snapshots/" + id;
-    snap.state = "saving";
-    snap.cpus = info.cpus;
-    snap.memory_mb = info.memory_mb;
-    snap.disable_internet = info.disable_internet;
-    snap.image = info.image;
-    snap.image_digest = info.image_digest;
-    snap.created_ms = store::now_ms();
+    SnapshotRecord snap = new_snapshot_record(id, info);
     try {
         store_.put_snapshot(snap);
         store_.add_dir(snap.dir, "snapshot", snap.id);

@@ -50,17 +50,8 @@ SnapshotRecord SandboxManager::snapshot(const std::string& sandbox_id, const Sna
     SandboxRecord r = must_get(sandbox_id);
     const SandboxState st = state_of(r);
     require_allowed(SandboxOp::snapshot, st);
-    SnapshotRecord snap;
-    snap.id = new_uuid();
+    SnapshotRecord snap = new_snapshot_record(new_uuid(), r);
     snap.sandbox_id = r.id;
-    snap.dir = options_.state_dir + "/snapshots/" + snap.id;
-    snap.state = "saving";
-    snap.cpus = r.cpus;
-    snap.memory_mb = r.memory_mb;
-    snap.disable_internet = r.disable_internet;
-    snap.image = r.image;
-    snap.image_digest = r.image_digest;
-    snap.created_ms = store::now_ms();
     std::error_code ec;
     fs::create_directories(options_.state_dir + "/snapshots", ec);
     store_.put_snapshot(snap);
