@@ -179,7 +179,9 @@ int run_daemon(const DaemonOptions& given) {
         template_options.max_implicit = options.max_implicit_templates;
         template_options.max_standbys = options.standbys;
         template_options.max_warm = options.warm;
-        store::ImagePins pins(store, state + "/images");  // one for the daemon: its collect() knows every pin in flight
+        store::ImagePins pins(store, state + "/images", [] {
+            return std::vector<std::string>{VmDriver::image_path("default"), VmDriver::image_path("tiny")};
+        });  // one for the daemon: its collect() knows every pin in flight
         TemplateManager templates(template_options, store, pins);
         templates.recover();
         manager_options.default_autosleep_s = options.default_autosleep_s;

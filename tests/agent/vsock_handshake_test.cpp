@@ -90,3 +90,33 @@ TEST_CASE("a refused vsock handshake is an error", "[agent][vsock]") {
     FakeVmm vmm(vmm_path, agent.socket_path(), true);
     CHECK_THROWS_AS(AgentClient::connect(Endpoint::vsock(vmm_path, 1024), std::chrono::seconds(2)), std::runtime_error);
 }
+
+TEST_CASE("the OK line is read to its newline and no further, in pieces or with bytes after it", "[agent][vsock]") {
+    // A VMM whose answer comes in two writes, the second carrying bytes past the line:
+    // those must be left on the connection for the agent protocol.
+    AgentProcess agent;  // for its private directory
+    const std::string path = agent.dir() + "/split.vsock";
+    Fd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::strcpy(sa.sun_path, path.c_str());
+    REQUIRE(::bind(listener.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+    REQUIRE(::listen(listener.get(), 1) == 0);
+    std::thread vmm([&] {
+        Fd host(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+        char c;
+        while (::read(host.get(), &c, 1) == 1 && c != '\n') {
+        }
+        (void)!::write(host.get(), "OK 10", 5);
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        (void)!::write(host.get(), "25\nafter", 8);
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    });
+    Fd fd = connect_endpoint(Endpoint::vsock(path, 1024), std::chrono::seconds(5));
+    pollfd p{fd.get(), POLLIN, 0};
+    REQUIRE(::poll(&p, 1, 5000) == 1);
+    char buf[16] = {};
+    CHECK(::recv(fd.get(), buf, sizeof buf, 0) == 5);
+    CHECK(std::string(buf, 5) == "after");
+    vmm.join();
+}

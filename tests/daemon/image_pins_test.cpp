@@ -194,3 +194,42 @@ TEST_CASE("image pins: collect removes a pin once no sandbox, snapshot, template
     CHECK(restarted.collect() == std::vector<std::string>{digest["sandbox"]});
     CHECK(names(images) == std::vector<std::string>{"notes.txt"});
 }
+
+TEST_CASE("image pins: the pin of an image name's current file stays without a record until the name moves on") {
+    // The cache's image name is a symlink (<cache>/rootfs/default/disk.ext4) that
+    // tools/rootfs/build repoints; its pin is the next create's, so collect() keeps it
+    // while the name resolves to the same unchanged file.
+    TempDir tmp("pins-current");
+    const std::string images = tmp.file("state/images");
+    fs::create_directories(tmp.file("cache/default-a"));
+    fs::create_directories(tmp.file("cache/default-b"));
+    fs::create_directories(tmp.file("state"));
+    write_file(tmp.file("cache/default-a/disk.ext4"), "image a");
+    write_file(tmp.file("cache/default-b/disk.ext4"), "image b");
+    const std::string name = tmp.file("cache/default.ext4");
+    fs::create_symlink(tmp.file("cache/default-a/disk.ext4"), name);
+    Store store(tmp.file("state/store.db"));
+    ImagePins pins(store, images, [&] { return std::vector<std::string>{name, tmp.file("cache/missing.ext4")}; });
+
+    const std::string a = pins.pin(name).digest;
+    pins.recorded(a);  // a sandbox's record named it, and the sandbox was deleted
+    CHECK(pins.collect().empty());
+    CHECK(!pins.path_of(a).empty());
+    // A new daemon on the same state directory keeps it too (the store knows the source).
+    ImagePins restarted(store, images, [&] { return std::vector<std::string>{name}; });
+    CHECK(restarted.collect().empty());
+
+    // The name is repointed to another image: the old pin goes, the new one stays.
+    fs::remove(name);
+    fs::create_symlink(tmp.file("cache/default-b/disk.ext4"), name);
+    const std::string b = pins.pin(name).digest;
+    pins.recorded(b);
+    CHECK(b != a);
+    CHECK(pins.collect() == std::vector<std::string>{a});
+    CHECK(!pins.path_of(b).empty());
+
+    // The file it names changes in place (size and mtime): its pin is no longer current.
+    write_file(tmp.file("cache/default-b/disk.ext4"), "image b, rebuilt in place");
+    CHECK(pins.collect() == std::vector<std::string>{b});
+    CHECK(names(images).empty());
+}

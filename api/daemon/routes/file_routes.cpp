@@ -42,7 +42,8 @@ void add_file_routes(RouteContext& c) {
                  [&m](http::Request& req) {
                      const std::string id = req.params["id"];
                      const std::string path = guest_path(req);
-                     const agent::proto::FileInfo info = m.stat_file(id, path);
+                     auto reader = std::make_shared<SandboxManager::FileReader>(m.open_file(id, path));
+                     const agent::proto::FileInfo& info = reader->info;
                      if (info.type != agent::proto::FileType::kRegular)
                          throw ApiError("path_conflict", fmt::format("{}: not a regular file", path));
                      http::Response r;
@@ -50,8 +51,8 @@ void add_file_routes(RouteContext& c) {
                      // Headers are out once this runs: a read that fails midway throws, and the
                      // server then closes the connection without the last chunk, so the client
                      // sees a body cut short, never a short file that looks whole.
-                     r.stream = [&m, id, path](http::StreamSink& sink) {
-                         m.read_file(id, path, [&sink](std::string_view chunk) { return sink.write(chunk); });
+                     r.stream = [&m, id, path, reader](http::StreamSink& sink) {
+                         m.read_file(id, path, *reader, [&sink](std::string_view chunk) { return sink.write(chunk); });
                      };
                      return r;
                  });

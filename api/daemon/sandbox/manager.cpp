@@ -115,6 +115,13 @@ void SandboxManager::set_state(SandboxRecord& r, SandboxState state, const std::
     store_.put_sandbox(r);
 }
 
+void SandboxManager::flip_state(SandboxRecord& r, SandboxState state) {
+    r.state = std::string(to_string(state));
+    r.error.clear();
+    r.updated_ms = store::now_ms();
+    store_.put_sandbox(r, store::Sync::relaxed);
+}
+
 SandboxRecord SandboxManager::new_record(const CreateRequest& request) const {
     SandboxRecord r;
     r.id = new_uuid();
@@ -309,7 +316,7 @@ SandboxRecord SandboxManager::pause(const std::string& id) {
     const SandboxState st = state_of(r);
     require_allowed(SandboxOp::pause, st);
     if (st == SandboxState::running) vms_.pause(r.vm_id);
-    if (st != SandboxState::paused) set_state(r, *transition(SandboxOp::pause).to);
+    if (st != SandboxState::paused) flip_state(r, *transition(SandboxOp::pause).to);
     return r;
 }
 
@@ -321,7 +328,7 @@ SandboxRecord SandboxManager::resume(const std::string& id) {
     require_allowed(SandboxOp::resume, st);
     if (st != SandboxState::running) {
         vms_.resume(r.vm_id);
-        set_state(r, *transition(SandboxOp::resume).to);
+        flip_state(r, *transition(SandboxOp::resume).to);
         idle_.reset(r.id, store::now_ms());
     }
     return r;

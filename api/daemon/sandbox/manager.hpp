@@ -212,8 +212,18 @@ public:
     void get_usable(const std::string& id) { (void)use(id); }
     ExecOutcome exec(const std::string& id, const ExecRequest& request, const ExecSinks* sinks = nullptr);
     agent::proto::FileInfo stat_file(const std::string& id, const std::string& path);
-    /// Streams the file into `sink` (false: stop). Returns the bytes sent.
-    uint64_t read_file(const std::string& id, const std::string& path, const std::function<bool(std::string_view)>& sink);
+    /// A guest file about to be read: its metadata, and the agent connection that
+    /// asked for it, which the read then goes over (one connection for both).
+    struct FileReader {
+        agent::proto::FileInfo info;
+        std::shared_ptr<agent::AgentClient> client;
+    };
+    /// Stats `path` for a read. Throws ApiError (path_not_found...).
+    FileReader open_file(const std::string& id, const std::string& path);
+    /// Streams the file `reader` was opened on into `sink` (false: stop). Returns the
+    /// bytes sent.
+    uint64_t read_file(const std::string& id, const std::string& path, FileReader& reader,
+                       const std::function<bool(std::string_view)>& sink);
     /// Writes the file whole or not at all, making missing parent directories.
     uint64_t write_file(const std::string& id, const std::string& path, std::string_view data, uint32_t mode);
     std::vector<agent::proto::DirEntry> list_dir(const std::string& id, const std::string& path);
@@ -304,6 +314,10 @@ private:
     store::SandboxRecord must_get(const std::string& id);
     SandboxState state_of(const store::SandboxRecord& r) const;
     void set_state(store::SandboxRecord& r, SandboxState state, const std::string& error = "");
+    /// The same for a state flip of a live VMM (running, paused, sleeping): written
+    /// with store::Sync::relaxed (a power loss ends every VMM, so the record is moot
+    /// then), without the fsync each pause, resume, sleep and wake paid.
+    void flip_state(store::SandboxRecord& r, SandboxState state);
     /// Records `records` (state creating) if they fit the caps; 503 over_capacity
     /// otherwise (nothing recorded).
     void reserve(const std::vector<store::SandboxRecord>& records);

@@ -1,6 +1,8 @@
 // The sandbox manager: commands and files in the guest (manager.hpp).
 #include <cerrno>
 #include <chrono>
+#include <functional>
+#include <memory>
 
 #include <fmt/format.h>
 
@@ -31,12 +33,14 @@ using Clock = std::chrono::steady_clock;
 // A sink that asked to stop a file read.
 struct ReadStopped {};
 
-// Runs `fn` on a new connection to the sandbox's agent, turning the guest's refusals
+// Runs `fn` on a connection to the sandbox's agent (a new one, or a reference to a
+// kept one), turning the guest's refusals
 // into catalogue errors about `path`.
-template <class Fn>
-auto guest_call(agent::AgentClient client, const std::string& path, Fn&& fn) {
+template <class Client, class Fn>
+auto guest_call(Client&& client, const std::string& path, Fn&& fn) {
     try {
-        return fn(client);
+        agent::AgentClient& c = client;
+        return fn(c);
     } catch (const agent::AgentError& e) {
         throw_guest_error(e, path);
     } catch (const agent::ConnectionError& e) {
@@ -64,7 +68,7 @@ std::string SandboxManager::use(const std::string& id) {
         require_allowed(SandboxOp::use, state_of(r));
         if (state_of(r) == SandboxState::sleeping) {
             vms_.resume(r.vm_id);
-            set_state(r, *transition(SandboxOp::use).to);
+            flip_state(r, *transition(SandboxOp::use).to);
             idle_.reset(r.id, store::now_ms());
         }
     }
@@ -131,12 +135,19 @@ agent::proto::FileInfo SandboxManager::stat_file(const std::string& id, const st
     return guest_call(agent_for(id), path, [&](agent::AgentClient& c) { return c.stat(path); });
 }
 
-uint64_t SandboxManager::read_file(const std::string& id, const std::string& path,
+SandboxManager::FileReader SandboxManager::open_file(const std::string& id, const std::string& path) {
+    FileReader reader;
+    reader.client = std::make_shared<agent::AgentClient>(agent_for(id));
+    reader.info = guest_call(std::ref(*reader.client), path, [&](agent::AgentClient& c) { return c.stat(path); });
+    return reader;
+}
+
+uint64_t SandboxManager::read_file(const std::string& id, const std::string& path, FileReader& reader,
                                    const std::function<bool(std::string_view)>& sink) {
     uint64_t sent = 0;
     const Activity busy = hold_awake(must_get(id).id);
     try {
-        guest_call(agent_for(id), path, [&](agent::AgentClient& c) {
+        guest_call(std::ref(*reader.client), path, [&](agent::AgentClient& c) {
             c.read_file(path, [&](std::string_view chunk) {
                 sent += chunk.size();
                 if (!sink(chunk)) throw ReadStopped{};
@@ -153,11 +164,20 @@ uint64_t SandboxManager::write_file(const std::string& id, const std::string& pa
                                     uint32_t mode) {
     const Activity busy = hold_awake(must_get(id).id);
     return guest_call(agent_for(id), path, [&](agent::AgentClient& c) {
-        const std::string parent = parent_of(path);
-        if (parent != "/") c.mkdir(parent, 0755, /*parents=*/true);
         agent::WriteOptions options;
         options.mode = mode;
-        return c.write_file(path, data, options);
+        try {
+            return c.write_file(path, data, options);
+        } catch (const agent::AgentError& e) {
+            // Missing parents are made (users write /work/result.txt into a fresh
+            // sandbox) only when the write says so: a mkdir before every write was a
+            // round trip to the guest on each call. The agent refuses at the open,
+            // before it takes any data (AgentClient::write_file stops sending).
+            const std::string parent = parent_of(path);
+            if (e.errno_name() != "ENOENT" || parent == "/") throw;
+            c.mkdir(parent, 0755, /*parents=*/true);
+            return c.write_file(path, data, options);
+        }
     });
 }
 

@@ -32,7 +32,7 @@ SandboxRecord SandboxManager::sleep(const std::string& id) {
     require_allowed(SandboxOp::sleep, st);
     if (no_op(SandboxOp::sleep, st)) return r;
     if (st == SandboxState::running) vms_.pause(r.vm_id);  // paused: its vCPUs stand already
-    set_state(r, *transition(SandboxOp::sleep).to);
+    flip_state(r, *transition(SandboxOp::sleep).to);
     return r;
 }
 
@@ -58,7 +58,7 @@ void SandboxManager::check_idle(const SandboxRecord& r, int64_t now) {
         idle_.reset(again->id, store::now_ms());  // tried: not again at once
         return;
     }
-    set_state(*again, *transition(SandboxOp::autosleep).to);
+    flip_state(*again, *transition(SandboxOp::autosleep).to);
     log_line(fmt::format("sandbox {}: idle for {:.1f} s (autosleep_s {}): sleeping", again->id,
                          static_cast<double>(idle) / 1000, again->autosleep_s));
 }

@@ -133,7 +133,8 @@ std::string sha256_file(const std::string& path) {
     return sha256_fd(fd.get(), path, -1);
 }
 
-ImagePins::ImagePins(Store& store, std::string images_dir) : store_(store), dir_(std::move(images_dir)) {
+ImagePins::ImagePins(Store& store, std::string images_dir, CurrentSources current_sources)
+    : store_(store), dir_(std::move(images_dir)), current_sources_(std::move(current_sources)) {
     std::error_code ec;
     fs::create_directories(dir_, ec);
     if (ec) throw SysError("mkdir " + dir_, ec.value());
@@ -223,6 +224,24 @@ void ImagePins::recorded(const std::string& digest) {
     if (h != holds_.end() && --h->second.count <= 0) holds_.erase(h);
 }
 
+std::vector<std::string> ImagePins::current_digests() noexcept {
+    std::vector<std::string> out;
+    if (!current_sources_) return out;
+    try {
+        for (const std::string& source : current_sources_()) {
+            std::error_code ec;
+            const std::string real = fs::canonical(source, ec).string();
+            if (ec) continue;  // no such image now
+            Fd fd(::open(real.c_str(), O_RDONLY | O_CLOEXEC));
+            if (!fd) continue;
+            if (const auto digest = store_.image_source_digest(describe(real, fd.get()))) out.push_back(*digest);
+        }
+    } catch (const std::exception& e) {
+        log_line(fmt::format("images: the current images' pins are not kept apart: {}", e.what()));
+    }
+    return out;
+}
+
 std::vector<std::string> ImagePins::collect(std::chrono::milliseconds grace) noexcept {
     std::lock_guard lock(mutex_);  // no pin() of this daemon is in progress meanwhile
     const auto now = std::chrono::steady_clock::now();
@@ -234,6 +253,7 @@ std::vector<std::string> ImagePins::collect(std::chrono::milliseconds grace) noe
         log_line(fmt::format("images: not collected: {}", e.what()));
         return removed;
     }
+    for (std::string& d : current_digests()) in_use.push_back(std::move(d));
     std::sort(in_use.begin(), in_use.end());
     std::error_code ec;
     for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
@@ -260,7 +280,7 @@ std::vector<std::string> ImagePins::collect(std::chrono::milliseconds grace) noe
         }
         for (const std::string& name : removed)
             log_line(fmt::format("images: removed {} ({})", name,
-                                 is_digest(name) ? "no record names it" : "a pin cut short"));
+                                 is_digest(name) ? "no record names it, no image name has it now" : "a pin cut short"));
     }
     return removed;
 }

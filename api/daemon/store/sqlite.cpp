@@ -20,10 +20,23 @@ Statement::Statement(sqlite3* db, std::string_view sql) : db_(db) {
     if (rc != SQLITE_OK) fail(db, rc, fmt::format("prepare \"{}\"", sql.substr(0, 80)));
 }
 
-Statement::Statement(Statement&& other) noexcept : db_(other.db_), stmt_(other.stmt_) { other.stmt_ = nullptr; }
+Statement::Statement(Database* owner, sqlite3* db, sqlite3_stmt* stmt, std::string sql)
+    : db_(db), stmt_(stmt), owner_(owner), sql_(std::move(sql)) {}
+
+Statement::Statement(Statement&& other) noexcept
+    : db_(other.db_), stmt_(other.stmt_), owner_(other.owner_), sql_(std::move(other.sql_)) {
+    other.stmt_ = nullptr;
+}
 
 Statement::~Statement() {
-    if (stmt_) sqlite3_finalize(stmt_);
+    if (!stmt_) return;
+    if (!owner_) {
+        sqlite3_finalize(stmt_);
+        return;
+    }
+    sqlite3_reset(stmt_);  // its error, if any, was thrown by step()
+    sqlite3_clear_bindings(stmt_);
+    owner_->give_back(std::move(sql_), stmt_);
 }
 
 Statement& Statement::bind(int index, int64_t value) {
@@ -87,7 +100,10 @@ Database::Database(const std::string& path) {
     sqlite3_extended_result_codes(db_, 1);
 }
 
-Database::~Database() { sqlite3_close_v2(db_); }
+Database::~Database() {
+    for (auto& [sql, stmt] : cache_) sqlite3_finalize(stmt);
+    sqlite3_close_v2(db_);
+}
 
 void Database::exec(std::string_view sql) {
     const std::string text(sql);
@@ -100,7 +116,33 @@ void Database::exec(std::string_view sql) {
     }
 }
 
-Statement Database::prepare(std::string_view sql) { return Statement(db_, sql); }
+Statement Database::prepare(std::string_view sql) {
+    std::string key(sql);
+    {
+        std::lock_guard lock(cache_mutex_);
+        if (const auto it = cache_.find(key); it != cache_.end()) {
+            sqlite3_stmt* stmt = it->second;
+            cache_.erase(it);
+            return Statement(this, db_, stmt, std::move(key));
+        }
+    }
+    sqlite3_stmt* stmt = nullptr;
+    const int rc = sqlite3_prepare_v2(db_, sql.data(), static_cast<int>(sql.size()), &stmt, nullptr);
+    if (rc != SQLITE_OK) fail(db_, rc, fmt::format("prepare \"{}\"", sql.substr(0, 80)));
+    return Statement(this, db_, stmt, std::move(key));
+}
+
+void Database::give_back(std::string sql, sqlite3_stmt* stmt) noexcept {
+    try {
+        std::lock_guard lock(cache_mutex_);
+        if (cache_.size() < kCachedStatements) {
+            cache_.emplace(std::move(sql), stmt);
+            return;
+        }
+    } catch (...) {  // no memory for the entry: it is finalized instead
+    }
+    sqlite3_finalize(stmt);
+}
 
 int64_t Database::changes() const { return sqlite3_changes64(db_); }
 

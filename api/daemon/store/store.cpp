@@ -240,8 +240,21 @@ int Store::schema_version() {
     return s.step() ? static_cast<int>(s.integer(0)) : 0;
 }
 
-void Store::put_sandbox(const SandboxRecord& r) {
+void Store::put_sandbox(const SandboxRecord& r, Sync sync) {
     std::lock_guard lock(mutex_);
+    // The connection's setting, for this statement's commit only (mutex_ held).
+    if (sync == Sync::relaxed) db_.exec("PRAGMA synchronous=NORMAL");
+    struct FullAgain {
+        Database& db;
+        bool on;
+        ~FullAgain() {
+            if (!on) return;
+            try {
+                db.exec("PRAGMA synchronous=FULL");
+            } catch (const std::exception&) {  // no I/O, no parse: cannot fail short of memory
+            }
+        }
+    } full_again{db_, sync == Sync::relaxed};
     db_.prepare(fmt::format("INSERT OR REPLACE INTO sandboxes ({}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", kSandboxColumns))
         .bind(1, r.id)
         .bind(2, r.vm_id)
