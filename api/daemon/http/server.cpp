@@ -57,6 +57,9 @@ constexpr auto kLinger = std::chrono::seconds(2);
 // request is read, so an idle keep-alive connection holds only what is left in it.
 constexpr size_t kBodyReadBuffer = 64 * 1024;
 
+// Bytes of queued stream chunks joined into one write, at most (plus one chunk).
+constexpr size_t kStreamCoalesce = 1 << 20;
+
 // A streamed response's flow control between the producer (a worker thread) and the
 // connection's strand.
 struct StreamState {
@@ -358,6 +361,14 @@ private:
         }
         auto chunk = std::make_shared<StreamState::Chunk>(std::move(state->chunks.front()));
         state->chunks.pop_front();
+        // The data chunks queued meanwhile go out with it, as one HTTP chunk in one
+        // write: a producer faster than the socket (a file read hands over the agent's
+        // frames one by one) costs a wake-up and a write per queue, not per piece.
+        while (!chunk->last && !state->chunks.empty() && !state->chunks.front().last &&
+               chunk->data.size() < kStreamCoalesce) {
+            chunk->data += state->chunks.front().data;
+            state->chunks.pop_front();
+        }
         state->writing = true;
         stream_.expires_after(options().write_timeout);
         auto self = this->shared_from_this();
