@@ -254,7 +254,11 @@ std::string snapshot_root_image(const std::string& dir) {
 json archive_info(BlobReader& in, const std::string& name) { return ArchiveReader(in, name).meta().info; }
 
 json unpack_archive(BlobReader& in, const std::string& dir, const std::string& root_image, const ProgressFn& progress,
-                    const std::string& name) {
+                    const std::string& name, UnpackStats* stats) {
+    const auto t0 = std::chrono::steady_clock::now();
+    UnpackStats local;
+    UnpackStats& st = stats ? *stats : local;
+    st = UnpackStats{};
     ArchiveReader reader(in, name);
     const ArchiveMeta& meta = reader.meta();
     auto bad = [&](const std::string& what) -> ArchiveError { return ArchiveError(fmt::format("{}: {}", name, what)); };
@@ -293,7 +297,15 @@ json unpack_archive(BlobReader& in, const std::string& dir, const std::string& r
     snapshot::LayerBuilder memory(dir + "/" + snapshot::kLayerFileName, ram_bytes, std::nullopt, true);
     ArchiveRun run;
     uint64_t last = 0;
-    while (reader.next(run)) {
+    for (;;) {
+        auto t = std::chrono::steady_clock::now();
+        if (!reader.next(run)) {
+            st.read_ms += ms_since(t);
+            break;
+        }
+        st.read_ms += ms_since(t);
+        t = std::chrono::steady_clock::now();
+        st.raw_bytes += run.data.size();
         if (run.image == state_image) {
             std::memcpy(state.data() + run.offset, run.data.data(), run.data.size());
         } else if (run.image == memory_image) {
@@ -303,9 +315,11 @@ json unpack_archive(BlobReader& in, const std::string& dir, const std::string& r
             for (uint64_t p = 0; p < run.data.size() / kPage; ++p)
                 if (memory.has(first + p)) throw bad(fmt::format("RAM page {} given twice", first + p));
             memory.put(first, run.data.size() / kPage, run.data.data());
+            st.ram_ms += ms_since(t);
         } else if (auto it = disks.find(run.image); it != disks.end()) {
             snapshot::pwrite_all(it->second.second.get(), run.data.data(), run.data.size(), run.offset,
                                  fmt::format("{}/disk{}.raw", dir, it->second.first));
+            st.disk_ms += ms_since(t);
         } else {
             throw bad(fmt::format("a run of image {}, which is neither vm.state, memory nor a disk",
                                   meta.images[run.image].name));
@@ -315,6 +329,7 @@ json unpack_archive(BlobReader& in, const std::string& dir, const std::string& r
             progress(last, in.size());
         }
     }
+    const auto sync_start = std::chrono::steady_clock::now();
     memory.finish();
     for (auto& [image, disk] : disks)
         if (::fsync(disk.second.get()) != 0) throw_errno(fmt::format("fsync {}/disk{}.raw", dir, disk.first));
@@ -348,6 +363,8 @@ json unpack_archive(BlobReader& in, const std::string& dir, const std::string& r
     }
     snapshot::write_file_atomic(dir + "/" + snapshot::kStateFileName, snapshot::encode_vm_state(decoded));
     snapshot::write_manifest(dir, parts, /*sync=*/true);
+    st.sync_ms = ms_since(sync_start);
+    st.ms = ms_since(t0);
     if (progress) progress(in.size(), in.size());
     return meta.info;
 }

@@ -50,12 +50,23 @@ std::string snapshot_root_image(const std::string& dir);
 /// Reads only the header's info of an archive. Throws ArchiveError, SysError.
 nlohmann::json archive_info(BlobReader& in, const std::string& name = "archive");
 
+/// Where unpack_archive's time went (wall ms, steady clock), for the daemon's log
+/// and tools/bench: reading and decompressing the blob, writing RAM pages into the
+/// memory layer (zero check, CRC-32C, pwrite), writing disk runs, and the syncs
+/// (the memory layer's finish, the disks' fsync, vm.state and the manifest).
+struct UnpackStats {
+    uint64_t raw_bytes = 0;  ///< payload bytes read back
+    double ms = 0, read_ms = 0, ram_ms = 0, disk_ms = 0, sync_ms = 0;
+};
+
 /// Unpacks `in` into the snapshot directory `dir` (created; must not exist or be
 /// empty) over root image `root_image`; returns the archive's info. On failure the
 /// directory is left incomplete (no manifest) for the caller to remove. Throws
 /// ArchiveError (malformed, corrupt, truncated; an archive whose images are not a
-/// sandbox's), SnapshotError, SysError, what `progress` throws.
+/// sandbox's), SnapshotError, SysError, what `progress` throws. `stats`, if given,
+/// receives the phases' times.
 nlohmann::json unpack_archive(BlobReader& in, const std::string& dir, const std::string& root_image,
-                              const ProgressFn& progress, const std::string& name = "archive");
+                              const ProgressFn& progress, const std::string& name = "archive",
+                              UnpackStats* stats = nullptr);
 
 }  // namespace nanovm::daemon::archive
