@@ -283,6 +283,13 @@ void LayerBuilder::put(uint64_t first, uint64_t count, const uint8_t* host) {
     flush(count);
 }
 
+void LayerBuilder::start_writeback(uint64_t first, uint64_t count) noexcept {
+    if (first >= total_ || count == 0) return;
+    count = std::min(count, total_ - first);
+    ::sync_file_range(fd_.get(), static_cast<off_t>(header_.data_offset + first * kPageSize),
+                      static_cast<off_t>(count * kPageSize), SYNC_FILE_RANGE_WRITE);
+}
+
 LayerWriteResult LayerBuilder::finish() {
     LayerHeader& h = header_;
     PageBitmap present((total_ + 63) / 64, 0);

@@ -140,6 +140,12 @@ public:
     /// `host` and must not change during the call. Zero pages stay holes. Thread-safe
     /// for distinct pages. Throws SysError("pwrite <path>").
     void put(uint64_t first, uint64_t count, const uint8_t* host);
+    /// Starts the writeback of pages [first, first + count) already put
+    /// (sync_file_range SYNC_FILE_RANGE_WRITE, which does not wait for it): a writer
+    /// of much data overlaps the device's writes with its own work instead of
+    /// leaving them all to finish()'s fdatasync, which still makes the file durable.
+    /// Best effort: an error here is left to that fdatasync.
+    void start_writeback(uint64_t first, uint64_t count) noexcept;
     /// Writes bitmap, CRC table and header; fdatasync (unless skip_sync()). Call
     /// once, after every put.
     LayerWriteResult finish();

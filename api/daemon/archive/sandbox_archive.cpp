@@ -134,6 +134,14 @@ OpenDisk open_disk(const SnapDisk& d) {
     return out;
 }
 
+// Starts writing [offset, +bytes) of `fd` to its device without waiting (as
+// LayerBuilder::start_writeback): the unpack's writes overlap its decompression
+// rather than all waiting for the final fsync (measured in the test host: the syncs
+// were 24 of an unpack's 44 s). Best effort: the fsync after reports any error.
+void start_writeback(int fd, uint64_t offset, uint64_t bytes) noexcept {
+    ::sync_file_range(fd, static_cast<off_t>(offset), static_cast<off_t>(bytes), SYNC_FILE_RANGE_WRITE);
+}
+
 double ms_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -315,10 +323,13 @@ json unpack_archive(BlobReader& in, const std::string& dir, const std::string& r
             for (uint64_t p = 0; p < run.data.size() / kPage; ++p)
                 if (memory.has(first + p)) throw bad(fmt::format("RAM page {} given twice", first + p));
             memory.put(first, run.data.size() / kPage, run.data.data());
+            memory.start_writeback(first, run.data.size() / kPage);
             st.ram_ms += ms_since(t);
         } else if (auto it = disks.find(run.image); it != disks.end()) {
-            snapshot::pwrite_all(it->second.second.get(), run.data.data(), run.data.size(), run.offset,
+            const int fd = it->second.second.get();
+            snapshot::pwrite_all(fd, run.data.data(), run.data.size(), run.offset,
                                  fmt::format("{}/disk{}.raw", dir, it->second.first));
+            start_writeback(fd, run.offset, run.data.size());
             st.disk_ms += ms_since(t);
         } else {
             throw bad(fmt::format("a run of image {}, which is neither vm.state, memory nor a disk",
