@@ -259,7 +259,13 @@ uint64_t put_chain_rest(LayerBuilder& builder, const LayerChain& chain) {
     return pages;
 }
 
-void LayerBuilder::put(uint64_t first, uint64_t count, const uint8_t* host) {
+void LayerBuilder::put(uint64_t first, uint64_t count, const uint8_t* host) { store(first, count, host, nullptr); }
+
+void LayerBuilder::put_with_crcs(uint64_t first, uint64_t count, const uint8_t* host, const uint32_t* crcs) {
+    store(first, count, host, crcs);
+}
+
+void LayerBuilder::store(uint64_t first, uint64_t count, const uint8_t* host, const uint32_t* crcs) {
     if (first > total_ || count > total_ - first)
         throw Error(fmt::format("{}: pages [{}, +{}) beyond the {} pages of RAM", path_, first, count, total_));
     uint64_t run = 0;  // data pages pending before page i
@@ -276,11 +282,18 @@ void LayerBuilder::put(uint64_t first, uint64_t count, const uint8_t* host) {
             kind_[first + i].store(1, std::memory_order_release);
             continue;
         }
-        crc_[first + i] = crc32c({page, kPageSize});
+        crc_[first + i] = crcs ? crcs[i] : crc32c({page, kPageSize});
         kind_[first + i].store(2, std::memory_order_release);
         ++run;
     }
     flush(count);
+}
+
+void LayerBuilder::start_writeback(uint64_t first, uint64_t count) noexcept {
+    if (first >= total_ || count == 0) return;
+    count = std::min(count, total_ - first);
+    ::sync_file_range(fd_.get(), static_cast<off_t>(header_.data_offset + first * kPageSize),
+                      static_cast<off_t>(count * kPageSize), SYNC_FILE_RANGE_WRITE);
 }
 
 LayerWriteResult LayerBuilder::finish() {
@@ -443,6 +456,11 @@ std::optional<ParentRef> LayerFile::parent() const {
 bool LayerFile::has(uint64_t page) const noexcept {
     if (flat()) return page < header_.total_pages;
     return page < header_.total_pages && page_set(bitmap_, page);
+}
+
+uint32_t LayerFile::stored_crc(uint64_t p) const noexcept {
+    const uint64_t below = p % 64 ? std::popcount(bitmap_[p / 64] & ((1ULL << (p % 64)) - 1)) : 0;
+    return crcs_[rank_[p / 64] + below];
 }
 
 std::span<const uint8_t> LayerFile::page_verified(uint64_t p) const {

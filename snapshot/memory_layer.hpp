@@ -140,6 +140,17 @@ public:
     /// `host` and must not change during the call. Zero pages stay holes. Thread-safe
     /// for distinct pages. Throws SysError("pwrite <path>").
     void put(uint64_t first, uint64_t count, const uint8_t* host);
+    /// As put, with each data page's CRC-32C given (crcs[i] for page first + i)
+    /// instead of computed: for a writer that has them already (an archive carries
+    /// its pages' CRCs, api/daemon/archive/sandbox_archive.hpp). A wrong one makes
+    /// that page fail its check on use (LayerFile::page_verified).
+    void put_with_crcs(uint64_t first, uint64_t count, const uint8_t* host, const uint32_t* crcs);
+    /// Starts the writeback of pages [first, first + count) already put
+    /// (sync_file_range SYNC_FILE_RANGE_WRITE, which does not wait for it): a writer
+    /// of much data overlaps the device's writes with its own work instead of
+    /// leaving them all to finish()'s fdatasync, which still makes the file durable.
+    /// Best effort: an error here is left to that fdatasync.
+    void start_writeback(uint64_t first, uint64_t count) noexcept;
     /// Writes bitmap, CRC table and header; fdatasync (unless skip_sync()). Call
     /// once, after every put.
     LayerWriteResult finish();
@@ -151,6 +162,7 @@ public:
     const std::string& path() const noexcept { return path_; }
 
 private:
+    void store(uint64_t first, uint64_t count, const uint8_t* host, const uint32_t* crcs);
     std::string path_;
     Fd fd_;
     LayerHeader header_{};
@@ -205,6 +217,9 @@ public:
     /// Page p's 4096 bytes (p must be present), checked against its stored CRC.
     /// Throws SnapshotError naming the file and the page's linear index on mismatch.
     std::span<const uint8_t> page_verified(uint64_t page) const;
+    /// The CRC-32C stored for page p (p must be present; not for flat files, which
+    /// store none).
+    uint32_t stored_crc(uint64_t page) const noexcept;
     /// Page p's bytes without the check (flat files; callers that verified already).
     std::span<const uint8_t> page(uint64_t page) const noexcept {
         return {map_ + header_.data_offset + page * kPageSize, kPageSize};

@@ -15,12 +15,14 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "api/daemon/archive/archive_format.hpp"
 #include "api/daemon/archive/blob_store.hpp"
 #include "api/daemon/archive/sandbox_archive.hpp"
 #include "devices/virtio/blk/layered_disk.hpp"
+#include "snapshot/crc32c.hpp"
 #include "snapshot/manifest.hpp"
 #include "snapshot/memory_layer.hpp"
 #include "snapshot/snapshot_dir.hpp"
@@ -282,8 +284,9 @@ TEST_CASE("sandbox archive: a snapshot over another directory's chains packs sel
     }
     CHECK(last_done == last_total);
     CHECK(stats.workers == 2);
-    // Non-zero RAM pages 0, 1, 500, 700 and disk blocks 0, 5, 9, plus vm.state.
-    CHECK(stats.raw_bytes == 7 * 4096 + fs::file_size(s2 + "/vm.state"));
+    // Non-zero RAM pages 0, 1, 500, 700 and their CRCs (4 bytes each), disk blocks 0,
+    // 5, 9, plus vm.state.
+    CHECK(stats.raw_bytes == 7 * 4096 + 4 * 4 + fs::file_size(s2 + "/vm.state"));
     CHECK(stats.compressed_bytes == fs::file_size(tmp.file("archives/sb.nva")));
 
     fs::remove_all(s1);  // self-contained: the chains' other directory is gone
@@ -346,4 +349,84 @@ TEST_CASE("sandbox archive: a snapshot over another directory's chains packs sel
     auto r5 = store.get("cut.nva");
     CHECK_THROWS_AS(unpack_archive(*r5, tmp.file("cut"), "/x", nullptr, "cut.nva"), ArchiveError);
     CHECK_FALSE(snapshot::is_durable(tmp.file("cut")));
+}
+
+namespace {
+
+// An archive of a sandbox snapshot written by hand (kRam of RAM, a 1 GiB disk 1):
+// RAM page 2 = 0x22 and page 3 = 0x33 in one run, preceded by `crcs` as the run of
+// their CRCs if not empty (with the memory.crc32c image listed only then).
+std::vector<uint8_t> hand_archive(BlobStore& store, const std::vector<uint32_t>& crcs) {
+    ArchiveMeta meta;
+    const std::vector<uint8_t> state = snapshot::encode_vm_state(
+        nanovm::test::one_vcpu_state(kRam, devices_json("/cache/rootfs/disk.ext4", "d-1.layer")));
+    meta.images = {{"vm.state", state.size()}, {"memory", kRam}, {"disk1", kDisk}};
+    if (!crcs.empty()) meta.images.push_back({"memory.crc32c", kRam / 4096 * 4});
+    meta.info = json{{"sandbox_id", "hand"}, {"disks", {{{"index", 1}, {"image", "disk1"}}}}};
+    auto w = store.put("hand");
+    {
+        ArchiveWriter writer(*w, meta, ZstdOptions{3, 1});
+        writer.add(0, 0, state);
+        if (!crcs.empty()) writer.add(3, 2 * 4, {reinterpret_cast<const uint8_t*>(crcs.data()), crcs.size() * 4});
+        std::vector<uint8_t> pages = page_of(0x22);
+        const std::vector<uint8_t> p3 = page_of(0x33);
+        pages.insert(pages.end(), p3.begin(), p3.end());
+        writer.add(1, 2 * 4096, pages);
+        writer.finish();
+    }
+    w->commit();
+    auto r = store.get("hand");
+    return read_all(*r);
+}
+
+}  // namespace
+
+TEST_CASE("sandbox archive: RAM pages take the CRCs the archive carries, or computed ones without them") {
+    TempDir tmp("sarch-crc");
+    DirBlobStore store(tmp.file("archives"));
+    const uint32_t crc22 = snapshot::crc32c(page_of(0x22)), crc33 = snapshot::crc32c(page_of(0x33));
+    struct Case {
+        std::vector<uint32_t> crcs;
+        bool page3_ok;
+    };
+    int n = 0;
+    for (const Case& c : {Case{{}, true}, Case{{crc22, crc33}, true}, Case{{crc22, crc33 ^ 1}, false}}) {
+        INFO("case " << n);
+        put_blob(store, "a.nva", hand_archive(store, c.crcs));
+        const std::string out = tmp.file(fmt::format("out{}", n++));
+        auto r = store.get("a.nva");
+        unpack_archive(*r, out, "/state/images/abc", nullptr, "a.nva");
+        const snapshot::LayerChain chain = snapshot::open_chain(out + "/memory.layer");
+        CHECK(chain.find(2)->page_verified(2)[0] == 0x22);
+        if (c.page3_ok) {
+            CHECK(chain.find(3)->page_verified(3)[0] == 0x33);
+        } else {
+            // A wrong CRC from the archive: that page fails its check on use.
+            CHECK_THROWS_WITH(chain.find(3)->page_verified(3), Catch::Contains("page 3"));
+        }
+    }
+    // Hostile: a CRC image of the wrong size, a CRC run not in whole entries.
+    ArchiveMeta meta;
+    meta.images = {{"vm.state", 4096}, {"memory", kRam}, {"memory.crc32c", 8}};
+    meta.info = json{{"disks", json::array()}};
+    {
+        auto w = store.put("bad.nva");
+        ArchiveWriter writer(*w, meta, ZstdOptions{3, 1});
+        writer.finish();
+        w->commit();
+    }
+    auto r = store.get("bad.nva");
+    CHECK_THROWS_WITH(unpack_archive(*r, tmp.file("bad"), "/x", nullptr, "bad.nva"),
+                      Catch::Contains("memory.crc32c of 8 bytes for 1024 pages"));
+    meta.images[2].bytes = kRam / 4096 * 4;
+    {
+        auto w = store.put("bad2.nva");
+        ArchiveWriter writer(*w, meta, ZstdOptions{3, 1});
+        writer.add(2, 2, std::vector<uint8_t>(4, 1));
+        writer.finish();
+        w->commit();
+    }
+    auto r2 = store.get("bad2.nva");
+    CHECK_THROWS_WITH(unpack_archive(*r2, tmp.file("bad2"), "/x", nullptr, "bad2.nva"),
+                      Catch::Contains("not in whole entries"));
 }

@@ -42,6 +42,8 @@ def _quantile(xs, q):
 
 
 LOG_LINE = re.compile(r"archived (\d+) MiB into (\d+) MiB \(.*?, (\d+) zstd workers\) in (\d+) ms \(([\d.]+) MB/s\)")
+UNPACK_LINE = re.compile(r"unarchived (\d+) MiB from \S+ in (\d+) ms \(read and decompress (\d+), RAM pages (\d+), "
+                         r"disk runs (\d+), syncs (\d+)\), then restored in (\d+) ms")
 
 
 def run(sock, daemon_log, rounds, cpus, memory, fill_mib=256):
@@ -75,7 +77,9 @@ def run(sock, daemon_log, rounds, cpus, memory, fill_mib=256):
     if size != str(fill_mib << 20):
         raise RuntimeError(f"/work/fill after the rounds: {size!r}")
     with open(daemon_log, errors="replace") as f:
-        packs = [m.groups() for m in LOG_LINE.finditer(f.read())][-rounds:]
+        text = f.read()
+    packs = [m.groups() for m in LOG_LINE.finditer(text)][-rounds:]
+    unpacks = [[int(x) for x in m.groups()] for m in UNPACK_LINE.finditer(text)][-rounds:]
     out = {
         "archive_rounds": rounds,
         "archive_fill_mib": fill_mib,
@@ -91,10 +95,19 @@ def run(sock, daemon_log, rounds, cpus, memory, fill_mib=256):
         out["archive_zstd_workers"] = int(packs[-1][2])
         out["archive_pack_ms"] = int(statistics.median(int(p[3]) for p in packs))
         out["nanovm_archive_zstd_mb_s"] = round(statistics.median(float(p[4]) for p in packs), 1)
+    if unpacks:
+        # Medians of the daemon's unarchive breakdown (api/daemon/sandbox/manager_archive.cpp).
+        for i, key in enumerate(("unpacked_mib", "unpack_ms", "unpack_read_ms", "unpack_ram_ms", "unpack_disk_ms",
+                                 "unpack_sync_ms", "unarchive_restore_ms")):
+            out[f"archive_{key}" if not key.startswith("unarchive") else key] = int(
+                statistics.median(u[i] for u in unpacks))
     print(f"archive   {out['nanovm_api_archive_ms']:10.1f} {out['nanovm_api_archive_p99_ms']:10.1f}   "
           f"({fill_mib} MiB written; packed {out.get('archive_packed_mib')} MiB into {out.get('archive_blob_mib')} MiB, "
           f"zstd {out.get('nanovm_archive_zstd_mb_s')} MB/s with {out.get('archive_zstd_workers')} workers)")
-    print(f"unarchive {out['nanovm_api_unarchive_ms']:10.1f} {out['nanovm_api_unarchive_p99_ms']:10.1f}")
+    print(f"unarchive {out['nanovm_api_unarchive_ms']:10.1f} {out['nanovm_api_unarchive_p99_ms']:10.1f}   "
+          f"(unpack {out.get('archive_unpack_ms')} ms: read+decompress {out.get('archive_unpack_read_ms')}, "
+          f"RAM {out.get('archive_unpack_ram_ms')}, disk {out.get('archive_unpack_disk_ms')}, "
+          f"syncs {out.get('archive_unpack_sync_ms')}; restore {out.get('unarchive_restore_ms')} ms)")
     c = _UnixHTTP(sock, 120)
     c.request("DELETE", f"/v1/sandboxes/{sid}")
     c.getresponse().read()
