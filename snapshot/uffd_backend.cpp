@@ -51,6 +51,8 @@ UffdServer::UffdServer(GuestMemory& memory, LayerChain chain, std::function<void
     thread_ = std::thread([this] { loop(); });
     if (!fresh || prefetch.pages.empty()) {
         prefetch_done_.store(true, std::memory_order_release);
+    } else if (prefetch.before_start) {
+        prefetch_loop(std::move(prefetch.pages));
     } else {
         prefetch_thread_ = std::thread([this, pages = std::move(prefetch.pages)]() mutable {
             prefetch_loop(std::move(pages));
