@@ -828,6 +828,7 @@ int serve(const VmmOptions& requested, ReadyPipe& pipe, std::unique_ptr<Machine>
         vm->uffd()->enable_trace();
     std::thread readiness([&] {
         watch_readiness(paths, options.boot_timeout, life, pipe, vm->machine(), restore, options.hostname, vm->uffd());
+        if (options.started_fd >= 0) ::close(options.started_fd);  // the keeper may make the next standby now
         const VmState now = life.state();
         if (now == VmState::running || now == VmState::paused) standbys.start();
     });
