@@ -119,7 +119,9 @@ int run_fork_standby(const StandbyOptions& o) {
         listener.reset();
         parent.reset();
         say(status.get(), "claimed\n");
-        status.reset();
+        // Kept open until this VM is ready (serve() closes it): the keeper's next
+        // standby does not compete with its start.
+        ::fcntl(status.get(), F_SETFD, FD_CLOEXEC);
         answer_claim(conn.get(), "ok");
         // The launcher's settings (NANOVM_KEEP_STATE, the run directory), not the parent VMM's.
         apply_vmm_environment(claim.env);
@@ -134,6 +136,7 @@ int run_fork_standby(const StandbyOptions& o) {
                              options.fork_memory.empty() ? "restore" : "fork child", o.parent_pid, ::getpid()));
         options.lock_fd = claim.lock.release();
         options.ready_fd = claim.ready.release();
+        options.started_fd = status.release();
         return run_vmm(options, std::move(machine));
     }
 }

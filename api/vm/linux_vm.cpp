@@ -286,6 +286,7 @@ void LinuxVm::wait_compaction() { parts_->compactor->wait(); }
 
 Machine& LinuxVm::machine() noexcept { return parts_->machine; }
 Serial& LinuxVm::com1() noexcept { return parts_->legacy.com1(); }
+snapshot::UffdServer* LinuxVm::uffd() noexcept { return parts_->uffd.get(); }
 StopReason LinuxVm::run() { return parts_->machine.run(parts_->pio, parts_->mmio); }
 GuestOutcome LinuxVm::outcome(const StopReason& reason) const {
     return guest_outcome(reason, parts_->legacy.control_port().announcement());

@@ -75,6 +75,8 @@ public:
     Machine& machine() noexcept;
     /// The guest's first serial port (console input).
     Serial& com1() noexcept;
+    /// What serves a restored VM's RAM on first touch (its counters), or nullptr.
+    snapshot::UffdServer* uffd() noexcept;
     /// Runs the guest until it ends (Machine::run).
     StopReason run();
     /// How the guest ended: the stop reason read with guest-init's announcement.

@@ -33,8 +33,10 @@ using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 constexpr int kMaxFailuresInARow = 3;
-/// A claimed standby is replaced this long after: the fork's children start first.
+/// A claimed standby is replaced this long after at the earliest: the fork's children start first.
 constexpr auto kRefillDelay = 500ms;
+/// ... and once its VM is ready (its status pipe closed), or this long after the claim.
+constexpr auto kStartingCap = 10s;
 
 }  // namespace
 
@@ -161,7 +163,11 @@ void StandbyKeeper::loop() {
     while (!stopping_) {
         const auto unclaimed = std::count_if(standbys_.begin(), standbys_.end(), [](const Standby& s) { return !s.claimed; });
         const auto now = Clock::now();
-        if (!gave_up && static_cast<uint32_t>(unclaimed) < count_ && now >= refill_at) {
+        // A claimed standby whose VM is still starting holds the refill back (up to kStartingCap).
+        auto wait_until = refill_at;
+        for (const Standby& s : standbys_)
+            if (s.claimed && s.status) wait_until = std::max(wait_until, s.claimed_at + kStartingCap);
+        if (!gave_up && static_cast<uint32_t>(unclaimed) < count_ && now >= wait_until) {
             try {
                 spawn();
             } catch (const std::exception& e) {
@@ -178,7 +184,7 @@ void StandbyKeeper::loop() {
         }
         int timeout = -1;
         if (!gave_up && static_cast<uint32_t>(unclaimed) < count_)
-            timeout = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(refill_at - now).count()) + 1;
+            timeout = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(wait_until - now).count()) + 1;
         if (::poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR) {
             log_line(fmt::format("fork standby: poll: {}", std::strerror(errno)));
             return;
@@ -193,10 +199,14 @@ void StandbyKeeper::loop() {
                     s.ready = true;
                     failures = 0;
                 }
-                if (s.buffer.find("claimed\n") != std::string::npos) {
+                if (s.claimed) {
+                    // Its VM is ready (or gave up) when the pipe closes.
+                    if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN)) s.status.reset();
+                } else if (s.buffer.find("claimed\n") != std::string::npos) {
                     s.claimed = true;
-                    s.status.reset();
-                    refill_at = Clock::now() + kRefillDelay;
+                    s.claimed_at = Clock::now();
+                    refill_at = s.claimed_at + kRefillDelay;
+                    if (got == 0) s.status.reset();  // an older standby closes it at once
                 } else if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN)) {
                     s.status.reset();  // it exited unclaimed (or is about to): its reason is in vmm.log
                     refill_at = Clock::now() + 1s;  // not in a tight loop if something keeps killing them

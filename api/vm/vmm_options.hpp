@@ -23,6 +23,9 @@ struct VmmOptions {
     bool keep_dir = false;
     int lock_fd = -1;               ///< vmm.lock, flock'ed: held until the process exits
     int ready_fd = -1;              ///< the readiness pipe's write end (-1: none)
+    /// A claimed standby's status pipe (standby_keeper.hpp), closed once the VM is
+    /// ready or failed to be: its keeper makes the next standby only then (-1: none).
+    int started_fd = -1;
     uint32_t cpus = 2;
     uint32_t memory_mib = 1024;
     std::string image;              ///< the root disk image, attached read-only

@@ -39,6 +39,7 @@
 #include "api/vm/vm_id.hpp"
 #include "devices/virtio/blk/layered_disk.hpp"
 #include "snapshot/snapshot_writer.hpp"
+#include "snapshot/uffd_backend.hpp"
 #include "vmm/error.hpp"
 #include "vmm/fd.hpp"
 #include "vmm/log.hpp"
@@ -194,8 +195,25 @@ agent::Endpoint agent_endpoint(const VmPaths& paths) {
 // With `resync` (a restored VM), the agent first reseeds the guest's RNG, steps its
 // wall clock and takes the hostname `hostname` (empty: the VM id); a booted VM with
 // a `hostname` takes only that one. Only then is the VM ready.
+// NANOVM_UFFD_TRACE=1: a restored VM's faults until its agent's first answer go to
+// DIR/uffd-trace.tsv (ms since the vCPUs started, service ms, page, pages filled).
+void write_uffd_trace(const VmPaths& paths, const snapshot::UffdServer& uffd, Clock::time_point start,
+                      double answered_ms) {
+    const char* on = std::getenv("NANOVM_UFFD_TRACE");
+    if (!on || std::string(on) != "1") return;
+    const std::string path = paths.dir + "/uffd-trace.tsv";
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    if (!f) return;
+    const int64_t base = std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count();
+    std::fprintf(f, "# answered_ms %.3f\nat_ms\tservice_ms\tpage\tpages\n", answered_ms);
+    for (const snapshot::UffdServer::TraceEntry& e : uffd.trace())
+        std::fprintf(f, "%.3f\t%.3f\t%u\t%u\n", static_cast<double>(e.at_ns - base) / 1e6,
+                     static_cast<double>(e.service_ns) / 1e6, e.page, e.pages);
+    std::fclose(f);
+}
+
 void watch_readiness(const VmPaths& paths, std::chrono::milliseconds boot_timeout, Lifecycle& life, ReadyPipe& pipe,
-                     Machine& machine, bool resync, const std::string& hostname) {
+                     Machine& machine, bool resync, const std::string& hostname, snapshot::UffdServer* uffd) {
     const auto start = Clock::now();
     const auto deadline = start + boot_timeout;
     std::string last_error = "no attempt";
@@ -215,17 +233,19 @@ void watch_readiness(const VmPaths& paths, std::chrono::milliseconds boot_timeou
             client.ping();
             const double answered_ms = snapshot::ms_since(start);
             const auto answered = Clock::now();
+            const std::string served = uffd ? "; " + uffd->describe_stats() + " by the first answer" : std::string();
+            if (uffd) write_uffd_trace(paths, *uffd, start, answered_ms);
             if (resync) agent::resync_guest(client, hostname.empty() ? paths.id : hostname);
             else if (!hostname.empty()) agent::resync_guest(client, hostname);
             if (life.transition(VmState::booting, VmState::running)) pipe.ready();
             if (resync)
                 log_line(fmt::format("ready: the agent answered {:.1f} ms after the vCPUs started ({}); "
-                                     "reseed, clock, hostname and vsock reset took {:.1f} ms",
+                                     "reseed, clock, hostname and vsock reset took {:.1f} ms{}",
                                      answered_ms,
                                      attempts == 1 ? std::string("first attempt")
                                                    : fmt::format("attempt {}; the first failed after {:.1f} ms: {}",
                                                                  attempts, first_failure_ms, first_error),
-                                     snapshot::ms_since(answered)));
+                                     snapshot::ms_since(answered), served));
             return;
         } catch (const std::exception& e) {
             last_error = e.what();
@@ -804,8 +824,11 @@ int serve(const VmmOptions& requested, ReadyPipe& pipe, std::unique_ptr<Machine>
     }
     StandbyKeeper standbys(exe, paths.dir, paths.vmm_log(), vm->machine().vcpu_count(),
                            vm->machine().memory().ram_bytes(), exe.empty() ? 0 : options.fork_standby);
+    if (const char* trace = std::getenv("NANOVM_UFFD_TRACE"); trace && std::string(trace) == "1" && vm->uffd())
+        vm->uffd()->enable_trace();
     std::thread readiness([&] {
-        watch_readiness(paths, options.boot_timeout, life, pipe, vm->machine(), restore, options.hostname);
+        watch_readiness(paths, options.boot_timeout, life, pipe, vm->machine(), restore, options.hostname, vm->uffd());
+        if (options.started_fd >= 0) ::close(options.started_fd);  // the keeper may make the next standby now
         const VmState now = life.state();
         if (now == VmState::running || now == VmState::paused) standbys.start();
     });

@@ -85,3 +85,30 @@ TEST_CASE("a damaged or foreign prefetch list is ignored, saying why", "[snapsho
     CHECK(read_prefetch_list(list, 2048, why).empty());
     CHECK_THAT(why, Catch::Contains("damaged"));
 }
+
+TEST_CASE("uffd prefetch: each listed page brings its fault's run, from one source, before the constructor returns",
+          "[snapshot][unit][uffd]") {
+    test::TempDir dir("prefetch-runs");
+    const std::string layer = dir.file("memory.layer");
+    {
+        GuestMemory source = GuestMemory::create(kRam);
+        for (uint64_t p = 0; p < 1024; ++p) source.write<uint64_t>(Gpa(p * kPageSize), value_at(p));  // above: zeros
+        write_layer(source, nonzero_pages(source), layer, std::nullopt);
+    }
+    GuestMemory memory = GuestMemory::create(kRam);
+    // 5 and 10: pages 5-25 from the layer (10's run reaches past 5's); 1020: 1020-1023
+    // (the layer ends there); 1500: 1500-1515, zeros; 2040: 2040-2047 (the RAM ends).
+    UffdServer server(memory, LayerChain::open(layer), {}, UffdPrefetch{{1500, 5, 2040, 10, 1020}, {}});
+    CHECK(server.prefetch_done());
+    CHECK(server.pages_prefetched() == 5);
+    CHECK(server.pages_copied() == 21 + 4);
+    CHECK(server.pages_zeroed() == 16 + 8);
+    for (uint64_t p = 5; p <= 25; ++p) CHECK(memory.read<uint64_t>(Gpa(p * kPageSize)) == value_at(p));
+    for (uint64_t p = 1020; p <= 1023; ++p) CHECK(memory.read<uint64_t>(Gpa(p * kPageSize)) == value_at(p));
+    CHECK(memory.read<uint64_t>(Gpa(1515 * kPageSize)) == 0);
+    CHECK(memory.read<uint64_t>(Gpa(2047 * kPageSize)) == 0);
+    CHECK(server.faults_served() == 0);
+    CHECK(memory.read<uint64_t>(Gpa(26 * kPageSize)) == value_at(26));  // past the runs: faults in
+    CHECK(memory.read<uint64_t>(Gpa(1024 * kPageSize)) == 0);
+    CHECK(server.faults_served() == 2);
+}
