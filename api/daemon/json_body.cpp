@@ -110,6 +110,13 @@ std::optional<std::string> JsonBody::string(std::string_view name, size_t max_by
     return s;
 }
 
+std::optional<std::string> JsonBody::path_string(std::string_view name) const {
+    const nlohmann::json& v = raw(name);
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_string()) throw ApiError("invalid_field", fmt::format("\"{}\" must be a string, not {}", name, type_name(v)));
+    return v.get<std::string>();
+}
+
 std::optional<std::vector<std::string>> JsonBody::strings(std::string_view name, size_t max_items, size_t max_bytes) const {
     const nlohmann::json& v = raw(name);
     if (v.is_null()) return std::nullopt;

@@ -35,6 +35,10 @@ public:
     std::optional<bool> boolean(std::string_view name) const;
     /// A string of at most `max_bytes` without NUL bytes.
     std::optional<std::string> string(std::string_view name, size_t max_bytes = 4096) const;
+    /// A guest path's string as given (NUL bytes included): the caller checks it as
+    /// a path (check_guest_path: invalid_path for a NUL, a relative path, `..`), so a
+    /// path in a body gets the same error as one in the query.
+    std::optional<std::string> path_string(std::string_view name) const;
     /// An array of such strings, at most `max_items`.
     std::optional<std::vector<std::string>> strings(std::string_view name, size_t max_items,
                                                     size_t max_bytes = 4096) const;

@@ -71,6 +71,13 @@ def run():
         expect("a relative guest path", d.get(files + "?path=etc/passwd"), 400, "invalid_path")
         expect("a guest path with ..", d.get(files + "?path=/tmp/../../etc/passwd"), 400, "invalid_path")
         expect("a guest path with NUL", d.get(files + "?path=/tmp/a%00b"), 400, "invalid_path")
+        r = d.get(files + "?path=a%00b")  # relative too: the NUL is said, not a message cut at it
+        expect("a relative guest path with NUL", r, 400, "invalid_path")
+        tap.ok("NUL" in r.json()["error"]["message"], "its message names the NUL", r)
+        expect("mkdir with a NUL in the body's path", post(files + "/mkdir", {"path": "/a\u0000b"}), 400, "invalid_path")
+        expect("exec with a NUL in cwd", post(f"/v1/sandboxes/{UUID}/exec", {"cmd": "ls", "cwd": "/a\u0000b"}),
+               400, "invalid_path")
+        expect("a bad percent escape in the path", d.get("/v1/sandboxes/%zz"), 400, "bad_request")
         expect("a file read of an unknown sandbox", d.get(files + "?path=/etc/hostname"), 404, "sandbox_not_found")
         expect("mkdir with a path of the wrong type", post(files + "/mkdir", {"path": 5}), 400, "invalid_field")
         expect("a bad list limit", d.get("/v1/sandboxes?limit=0"), 422, "out_of_range")

@@ -41,6 +41,9 @@ bool split_target(std::string_view target, std::string& path, std::map<std::stri
     const size_t q = target.find('?');
     path = std::string(target.substr(0, q));
     query.clear();
+    // The path stays as sent (routes and ids are literal); its escapes must still be
+    // well formed, as the query's (RFC 3986 §2.1).
+    if (std::string decoded; !percent_decode(path, decoded)) return false;
     if (q == std::string_view::npos) return true;
     std::string_view rest = target.substr(q + 1);
     while (!rest.empty()) {

@@ -81,8 +81,8 @@ using Reply = std::function<void(Response)>;
 /// Percent-decodes `text` ('+' stays '+'). False for a bad escape.
 bool percent_decode(std::string_view text, std::string& out);
 
-/// Splits a request target into its path and decoded query parameters. False for a
-/// query with a bad escape.
+/// Splits a request target into its path (as sent) and decoded query parameters.
+/// False for a bad escape in either.
 bool split_target(std::string_view target, std::string& path, std::map<std::string, std::string>& query);
 
 }  // namespace nanovm::daemon::http

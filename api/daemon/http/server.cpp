@@ -222,7 +222,7 @@ private:
         request.method = std::string(req.method_string());
         request.target = std::string(req.target());
         if (!split_target(request.target, request.path, request.query))
-            return fail("bad_request", "a query parameter has a bad percent escape");
+            return fail("bad_request", "the path or a query parameter has a bad percent escape");
         if (auto it = req.find(bhttp::field::content_type); it != req.end()) request.content_type = std::string(it->value());
         request.over_tcp = over_tcp_;
         keep_alive_ = req.keep_alive();

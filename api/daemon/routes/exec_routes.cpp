@@ -53,7 +53,7 @@ agent::Command parse_command(const JsonBody& b) {
     if (auto env = b.labels("env")) {
         for (const auto& [k, v] : *env) c.env.push_back(k + "=" + v);
     }
-    if (auto cwd = b.string("cwd")) {
+    if (auto cwd = b.path_string("cwd")) {
         check_guest_path(*cwd);
         c.cwd = *cwd;
     }

@@ -126,7 +126,7 @@ void add_file_routes(RouteContext& c) {
                            .request_schema = "Mkdir"},
                  [&m](http::Request& req) {
                      const JsonBody b(req.body, {"path", "parents"});
-                     const auto path = b.string("path");
+                     const auto path = b.path_string("path");
                      if (!path) throw ApiError("invalid_field", "\"path\" is missing");
                      check_guest_path(*path);
                      m.make_dir(req.params["id"], *path, b.boolean("parents").value_or(true));

@@ -105,10 +105,11 @@ std::vector<std::string> guest_errors(std::vector<std::string> more) {
 }
 
 void check_guest_path(const std::string& path) {
+    // NUL first: the messages below quote the path, which a NUL would cut short.
+    if (path.find('\0') != std::string::npos) throw ApiError("invalid_path", "the guest path contains a NUL byte");
+    if (path.size() > 4096) throw ApiError("invalid_path", "the guest path is longer than 4096 bytes");
     if (path.empty() || path.front() != '/')
         throw ApiError("invalid_path", fmt::format("the guest path \"{}\" must be absolute", path.substr(0, 200)));
-    if (path.size() > 4096) throw ApiError("invalid_path", "the guest path is longer than 4096 bytes");
-    if (path.find('\0') != std::string::npos) throw ApiError("invalid_path", "the guest path contains a NUL byte");
     size_t pos = 0;
     while (pos < path.size()) {
         const size_t slash = path.find('/', pos + 1);

@@ -47,7 +47,7 @@ void add_session_routes(RouteContext& c) {
                  [&m](http::Request& req) {
                      const JsonBody b(req.body, {"cwd", "env", "user"});
                      SessionRequest r;
-                     if (auto cwd = b.string("cwd")) {
+                     if (auto cwd = b.path_string("cwd")) {
                          check_guest_path(*cwd);
                          r.cwd = *cwd;
                      }
