@@ -49,7 +49,8 @@ namespace agent = nanovm::agent;
 namespace client = nanovm::client;
 using Clock = std::chrono::steady_clock;
 
-const char* const kOps[] = {"create", "exec", "files", "snapshot", "restore", "fork1", "fork4", "pause", "resume", "delete"};
+const char* const kOps[] = {"create", "exec", "files", "files_write", "files_read", "snapshot", "restore",
+                            "fork1", "fork4", "pause", "resume", "delete"};
 
 struct Args {
     std::string socket, run_dir, where = "native";
@@ -98,13 +99,14 @@ struct ApiSide {
         const json r = api.post("/v1/sandboxes/" + id + "/exec", json{{"argv", {"true"}}});
         check(r.value("exit_code", -1) == 0, "api exec true: " + r.dump());
     }
-    void files(const std::string& id) {
+    void files(const std::string& id, Samples& s) {
         client::RequestBody body;
         body.data = kPayload;
         body.content_type = "application/octet-stream";
         const std::string target = "/v1/sandboxes/" + id + "/files?path=" + client::url_encode(kFile);
-        client::throw_if_error(api.http().request("PUT", target, body));
-        const client::Response r = api.http().request("GET", target);
+        timed(s, "files_write", [&] { client::throw_if_error(api.http().request("PUT", target, body)); });
+        client::Response r;
+        timed(s, "files_read", [&] { r = api.http().request("GET", target); });
         client::throw_if_error(r);
         check(r.body == kPayload, "api files: the 1 MiB read back differs");
     }
@@ -158,8 +160,8 @@ struct DirectSide {
         const agent::ExecResult r = vm::exec_command(c, agent::Command::program({"true"}));
         check(r.status.shell_code() == 0, "direct exec true failed");
     }
-    void files(const std::string& id) {
-        {
+    void files(const std::string& id, Samples& s) {
+        timed(s, "files_write", [&] {
             agent::AgentClient c = connect(id);
             size_t at = 0;
             vm::write_guest_file(c, kFile, [&](char* buf, size_t n) {
@@ -168,10 +170,12 @@ struct DirectSide {
                 at += k;
                 return k;
             });
-        }
-        agent::AgentClient c = connect(id);
+        });
         std::string back;
-        vm::read_guest_file(c, kFile, [&](std::string_view d) { back.append(d); });
+        timed(s, "files_read", [&] {
+            agent::AgentClient c = connect(id);
+            vm::read_guest_file(c, kFile, [&](std::string_view d) { back.append(d); });
+        });
         check(back == kPayload, "direct files: the 1 MiB read back differs");
     }
     void pause(const std::string& id) { vm::pause_vm(run.vm(id)); }
@@ -219,7 +223,7 @@ void round(Side& side, const Args& a, Samples& s, Create create, Restore restore
     if constexpr (requires { side.roundtrip(); }) {  // the API's floor: a request that does nothing
         for (int i = 0; i < a.exec_runs; ++i) timed(s, "roundtrip", [&] { side.roundtrip(); });
     }
-    for (int i = 0; i < a.file_runs; ++i) timed(s, "files", [&] { side.files(id); });
+    for (int i = 0; i < a.file_runs; ++i) timed(s, "files", [&] { side.files(id, s); });
     for (int i = 0; i < a.pause_runs; ++i) {
         timed(s, "pause", [&] { side.pause(id); });
         timed(s, "resume", [&] { side.resume(id); });
