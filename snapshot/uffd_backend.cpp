@@ -23,6 +23,22 @@
 
 namespace nanovm::snapshot {
 
+namespace {
+
+// The start of `count` pages of `layer` from `page` on (they sit back to back in its
+// mapping), each checked against its CRC first (LayerFile::page_verified). Throws what
+// that throws for a corrupt page.
+const uint8_t* verified_run(const LayerFile& layer, uint64_t page, uint64_t count) {
+    const uint8_t* first = nullptr;
+    for (uint64_t i = 0; i < count; ++i) {
+        const uint8_t* data = layer.page_verified(page + i).data();
+        if (i == 0) first = data;
+    }
+    return first;
+}
+
+}  // namespace
+
 UffdServer::UffdServer(GuestMemory& memory, LayerChain chain, std::function<void(const std::string&)> on_error,
                        UffdPrefetch prefetch)
     : chain_(std::move(chain)), on_error_(std::move(on_error)), started_(std::chrono::steady_clock::now()) {
@@ -192,10 +208,7 @@ bool UffdServer::fill_range(uint64_t host, uint64_t page, uint64_t count, const 
     const uint8_t* source = nullptr;
     if (layer) {
         try {
-            for (uint64_t i = 0; i < count; ++i) {
-                const uint8_t* data = layer->page_verified(page + i).data();
-                if (i == 0) source = data;
-            }
+            source = verified_run(*layer, page, count);
         } catch (const std::exception& e) {
             report(e.what());  // a corrupt page: the VM is stopped; its fault zero-fills it (fill())
             return false;
@@ -387,10 +400,7 @@ bool UffdServer::fill(uint64_t page_addr, bool fault) {
     const uint8_t* source = nullptr;
     if (layer) {
         try {
-            for (uint64_t i = 0; i < run; ++i) {
-                const uint8_t* data = layer->page_verified(page + i).data();
-                if (i == 0) source = data;
-            }
+            source = verified_run(*layer, page, run);
         } catch (const std::exception& e) {
             report(e.what());
             source = nullptr;  // zero-fill so the faulting thread goes on; the VM is being stopped
