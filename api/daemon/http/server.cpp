@@ -460,7 +460,8 @@ private:
 }  // namespace
 
 struct Server::Impl {
-    net::io_context ioc;
+    explicit Impl(unsigned io_threads) : ioc(static_cast<int>(io_threads < 1 ? 1 : io_threads)) {}
+    net::io_context ioc;  ///< its concurrency hint: the I/O threads (1: asio wakes no other thread)
     std::shared_ptr<Shared> shared;
     std::optional<local::acceptor> unix_acceptor;
     std::optional<tcp::acceptor> tcp_acceptor;
@@ -492,7 +493,8 @@ struct Server::Impl {
     }
 };
 
-Server::Server(ServerOptions options, Dispatcher dispatcher, Observer observer) : impl_(std::make_unique<Impl>()) {
+Server::Server(ServerOptions options, Dispatcher dispatcher, Observer observer)
+    : impl_(std::make_unique<Impl>(options.io_threads)) {
     impl_->shared = std::make_shared<Shared>(Shared{std::move(options), std::move(dispatcher), std::move(observer)});
     const ServerOptions& o = impl_->shared->options;
     try {
