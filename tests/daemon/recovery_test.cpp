@@ -69,11 +69,14 @@ TEST_CASE("recovery: fork bases of a fork cut short are released or removed; a r
         CHECK_FALSE(fs::exists(unrecorded));
         CHECK(fs::exists(referenced + "/snapshot/disk0.layer"));
         CHECK(fs::exists(held));
-        bool referenced_released = false, recorded_known = false;
+        bool referenced_released = false, recorded_known = false, held_recorded = false;
         for (const store::DirRecord& d : store.dirs()) {
             if (d.path == referenced) referenced_released = d.released && !d.removing;
             if (d.path == recorded) recorded_known = true;
+            // Held and named by no VM directory: the store's now, kept (not released).
+            if (d.path == held) held_recorded = d.kind == "fork" && !d.released && !d.removing;
         }
+        CHECK(held_recorded);
         CHECK(referenced_released);  // released: it goes with the snapshot that keeps it
         CHECK_FALSE(recorded_known);
     }

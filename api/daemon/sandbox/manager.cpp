@@ -431,7 +431,22 @@ void SandboxManager::recover_fork_bases() {
         if (recorded.count(path)) continue;
         Fd lock(::open((path + "/users.lock").c_str(), O_RDONLY | O_CLOEXEC));
         if (lock && ::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
-            log_line(fmt::format("fork base {}: no record names it, but a VMM still uses it: kept", path));
+            // The fork was cut after the VMM froze its parent into this base and before
+            // the store took it: the parent (adopted above) runs over it. It becomes the
+            // store's as in fork(); released (collected with the last VM directory whose
+            // files name it: the parent's disk chain, refreshed here) when one names it,
+            // else kept recorded (released at a later start once no VMM holds it).
+            bool named = false;
+            for (const store::DirRecord& d : store_.dirs()) {
+                if (d.kind != "vm" || d.removing) continue;
+                const std::vector<std::string> files = store::external_files(d.path);
+                store_.add_refs(d.path, files);
+                for (const std::string& f : files) named = named || f.rfind(path + "/", 0) == 0;
+            }
+            store::track_dir(store_, path, "fork", "");
+            if (named) release(path);
+            log_line(fmt::format("fork base {}: no record named it, a VMM uses it: recorded{}", path,
+                                 named ? ", kept while a sandbox's files name it" : ""));
             continue;
         }
         std::error_code rm;
