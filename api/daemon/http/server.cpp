@@ -460,8 +460,7 @@ private:
 }  // namespace
 
 struct Server::Impl {
-    explicit Impl(unsigned io_threads) : ioc(static_cast<int>(io_threads < 1 ? 1 : io_threads)) {}
-    net::io_context ioc;  ///< its concurrency hint: the I/O threads (1: asio wakes no other thread)
+    net::io_context ioc;
     std::shared_ptr<Shared> shared;
     std::optional<local::acceptor> unix_acceptor;
     std::optional<tcp::acceptor> tcp_acceptor;
@@ -493,8 +492,7 @@ struct Server::Impl {
     }
 };
 
-Server::Server(ServerOptions options, Dispatcher dispatcher, Observer observer)
-    : impl_(std::make_unique<Impl>(options.io_threads)) {
+Server::Server(ServerOptions options, Dispatcher dispatcher, Observer observer) : impl_(std::make_unique<Impl>()) {
     impl_->shared = std::make_shared<Shared>(Shared{std::move(options), std::move(dispatcher), std::move(observer)});
     const ServerOptions& o = impl_->shared->options;
     try {

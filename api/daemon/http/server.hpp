@@ -2,7 +2,7 @@
 // a loopback TCP listener whose every request must carry the bearer token. It reads
 // each request with limits (header block, body per route, a read timeout), answers
 // the protocol-level errors itself (400, 401, 413, 431) and hands every other
-// request to the dispatcher. I/O runs on one thread (io_threads); a slow or vanished client
+// request to the dispatcher. I/O runs on a few threads; a slow or vanished client
 // holds only its own connection (timeouts close it) and never an I/O thread.
 #pragma once
 
@@ -37,12 +37,7 @@ struct ServerOptions {
     std::chrono::milliseconds read_timeout{std::chrono::seconds(30)};   ///< a whole request (a spooled one: each read)
     std::chrono::milliseconds write_timeout{std::chrono::seconds(60)};  ///< per write, and idle keep-alive
     size_t stream_window = 1 << 20;  ///< bytes a streamed response may have queued
-    /// Threads running the I/O (never a handler's work: that goes to workers). One:
-    /// with two, each read and write of a connection hopped between them (its strand),
-    /// and a 1 MiB upload cost the daemon ~400 context switches and 34 ms of CPU in the
-    /// test host; natively, 20 uploads of 1 MiB took 3.3-5.3 ms each with two threads,
-    /// 1.0-1.5 ms with one (context switches 351-451 -> 159-239).
-    unsigned io_threads = 1;
+    unsigned io_threads = 2;
 };
 
 /// Called on an I/O thread for every request that passed the protocol checks; must
