@@ -108,18 +108,11 @@ SandboxState SandboxManager::state_of(const SandboxRecord& r) const {
     return parse_state(r.state).value_or(SandboxState::error);
 }
 
-void SandboxManager::set_state(SandboxRecord& r, SandboxState state, const std::string& error) {
+void SandboxManager::set_state(SandboxRecord& r, SandboxState state, const std::string& error, store::Sync sync) {
     r.state = std::string(to_string(state));
     r.error = error;
     r.updated_ms = store::now_ms();
-    store_.put_sandbox(r);
-}
-
-void SandboxManager::flip_state(SandboxRecord& r, SandboxState state) {
-    r.state = std::string(to_string(state));
-    r.error.clear();
-    r.updated_ms = store::now_ms();
-    store_.put_sandbox(r, store::Sync::relaxed);
+    store_.put_sandbox(r, sync);
 }
 
 SandboxRecord SandboxManager::new_record(const CreateRequest& request) const {

@@ -313,11 +313,12 @@ private:
     std::shared_ptr<Slot> slot(const std::string& id);
     store::SandboxRecord must_get(const std::string& id);
     SandboxState state_of(const store::SandboxRecord& r) const;
-    void set_state(store::SandboxRecord& r, SandboxState state, const std::string& error = "");
-    /// The same for a state flip of a live VMM (running, paused, sleeping): written
-    /// with store::Sync::relaxed (a power loss ends every VMM, so the record is moot
-    /// then), without the fsync each pause, resume, sleep and wake paid.
-    void flip_state(store::SandboxRecord& r, SandboxState state);
+    void set_state(store::SandboxRecord& r, SandboxState state, const std::string& error = "",
+                   store::Sync sync = store::Sync::full);
+    /// A state flip of a live VMM (running, paused, sleeping): set_state with
+    /// store::Sync::relaxed (a power loss ends every VMM, so the record is moot then),
+    /// without the fsync each pause, resume, sleep and wake paid.
+    void flip_state(store::SandboxRecord& r, SandboxState state) { set_state(r, state, "", store::Sync::relaxed); }
     /// Records `records` (state creating) if they fit the caps; 503 over_capacity
     /// otherwise (nothing recorded).
     void reserve(const std::vector<store::SandboxRecord>& records);
