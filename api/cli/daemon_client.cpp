@@ -71,6 +71,7 @@ client::Endpoint find_daemon(const ClientOptions& options) {
 
 int exit_status_for(const client::ApiError& e) {
     switch (e.status()) {
+        case 401: return kUnauthorized;
         case 404: return kNotFound;
         case 409: return kWrongState;
         case 503: return kOverCapacity;

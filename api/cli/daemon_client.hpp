@@ -25,6 +25,7 @@ inline constexpr int kNoDaemon = 3;      ///< no daemon answers at the socket (o
 inline constexpr int kNotFound = 4;      ///< no such sandbox, snapshot or guest path (404)
 inline constexpr int kWrongState = 5;    ///< the sandbox or snapshot is in the wrong state (409: paused...)
 inline constexpr int kOverCapacity = 6;  ///< over the daemon's caps, or busy (503): try later
+inline constexpr int kUnauthorized = 7;  ///< the daemon refused the token (401): NANOVM_TOKEN or <state>/token
 
 /// The text of the exit statuses in --help and the README.
 inline constexpr const char* kExitHelp =
@@ -35,7 +36,8 @@ inline constexpr const char* kExitHelp =
     "  3  the daemon is not running (start it: nanovm daemon [--state-dir DIR])\n"
     "  4  no such sandbox, snapshot or guest path (404)\n"
     "  5  wrong state: e.g. the sandbox is paused or still creating (409)\n"
-    "  6  over the daemon's caps (sandboxes, memory) or busy: try later (503)\n";
+    "  6  over the daemon's caps (sandboxes, memory) or busy: try later (503)\n"
+    "  7  the daemon refused the token (401): set NANOVM_TOKEN to <state>/token's contents\n";
 
 /// How the daemon commands reach nanovmd.
 struct ClientOptions {

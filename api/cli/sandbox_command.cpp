@@ -25,7 +25,7 @@ namespace {
 
 using nlohmann::json;
 
-std::string sandbox_path(const std::string& id) { return "/v1/sandboxes/" + client::url_encode(id); }
+std::string sandbox_path(const std::string& id) { return "/v1/sandboxes/" + client::url_encode_segment(id); }
 
 std::string source_of(const json& s) {
     if (s["parent_id"].is_string()) return "fork of " + s["parent_id"].get<std::string>().substr(0, 8);
@@ -105,7 +105,7 @@ int exec(client::ApiClient& api, const SandboxOptions& o) {
     std::string target = sandbox_path(id) + "/exec";
     if (!o.session.empty()) {
         body = json{{"cmd", shell_line(o.argv)}};
-        target = sandbox_path(id) + "/sessions/" + client::url_encode(resolve_id(api, "session", o.session, sandbox_path(id) + "/sessions")) + "/exec";
+        target = sandbox_path(id) + "/sessions/" + client::url_encode_segment(resolve_id(api, "session", o.session, sandbox_path(id) + "/sessions")) + "/exec";
     } else if (o.background) {
         target = sandbox_path(id) + "/commands";
     }

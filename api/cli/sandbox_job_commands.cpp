@@ -20,11 +20,11 @@ namespace {
 using nlohmann::json;
 
 std::string sandbox_path(client::ApiClient& api, const SandboxOptions& o) {
-    return "/v1/sandboxes/" + client::url_encode(resolve_id(api, "sandbox", o.id));
+    return "/v1/sandboxes/" + client::url_encode_segment(resolve_id(api, "sandbox", o.id));
 }
 
 std::string command_path(client::ApiClient& api, const SandboxOptions& o) {
-    return sandbox_path(api, o) + "/commands/" + client::url_encode(o.command_id);
+    return sandbox_path(api, o) + "/commands/" + client::url_encode_segment(o.command_id);
 }
 
 // One command's row: id, state, exit code, start, the command.
@@ -70,7 +70,7 @@ int session_command(client::ApiClient& api, const SandboxCommands& c, const Sand
         print_table({"ID", "CREATED"}, rows);
         return kOk;
     }
-    api.remove(base + "/" + client::url_encode(resolve_id(api, "session", o.session, base)));
+    api.remove(base + "/" + client::url_encode_segment(resolve_id(api, "session", o.session, base)));
     return kOk;
 }
 

@@ -18,7 +18,7 @@ namespace {
 
 using nlohmann::json;
 
-std::string snapshot_path(const std::string& id) { return "/v1/snapshots/" + client::url_encode(id); }
+std::string snapshot_path(const std::string& id) { return "/v1/snapshots/" + client::url_encode_segment(id); }
 
 std::string size_text(const json& bytes) {
     if (!bytes.is_number()) return cell(bytes);
@@ -31,7 +31,7 @@ std::string size_text(const json& bytes) {
 int list(client::ApiClient& api, const SnapshotOptions& o) {
     const std::string target =
         o.sandbox.empty() ? "/v1/snapshots"
-                          : "/v1/sandboxes/" + client::url_encode(resolve_id(api, "sandbox", o.sandbox)) + "/snapshots";
+                          : "/v1/sandboxes/" + client::url_encode_segment(resolve_id(api, "sandbox", o.sandbox)) + "/snapshots";
     const json all = list_all(api, target, "snapshots");
     if (o.client.json) {
         print_json(all);

@@ -16,7 +16,7 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-std::string template_path(const std::string& name) { return "/v1/templates/" + client::url_encode(name); }
+std::string template_path(const std::string& name) { return "/v1/templates/" + client::url_encode_segment(name); }
 
 int create(client::ApiClient& api, const TemplateOptions& o) {
     json body{{"name", o.name}};

@@ -23,16 +23,24 @@ std::string Endpoint::describe() const {
     return fmt::format("http://{}:{}", host.find(':') != std::string::npos ? "[" + host + "]" : host, port);
 }
 
-std::string url_encode(std::string_view text) {
+namespace {
+
+std::string percent_encode(std::string_view text, bool keep_slash) {
     std::string out;
     for (const unsigned char c : text) {
-        if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || c == '/')
+        if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || (keep_slash && c == '/'))
             out += static_cast<char>(c);
         else
             out += fmt::format("%{:02X}", c);
     }
     return out;
 }
+
+}  // namespace
+
+std::string url_encode(std::string_view text) { return percent_encode(text, true); }
+
+std::string url_encode_segment(std::string_view text) { return percent_encode(text, false); }
 
 namespace {
 

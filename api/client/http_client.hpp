@@ -80,4 +80,8 @@ private:
 /// Percent-encodes a query value (unreserved characters and '/' kept).
 std::string url_encode(std::string_view text);
 
+/// Percent-encodes one path segment (an id or a name): only RFC 3986 §2.3's unreserved
+/// characters are kept, so a '/' or a '?' in it can never change the route.
+std::string url_encode_segment(std::string_view text);
+
 }  // namespace nanovm::client

@@ -98,7 +98,9 @@ CLI::App* add_daemon_command(CLI::App& app, DaemonOptions& o) {
         ->type_name("FRACTION")
         ->check(CLI::Range(0.0, 64.0).description(""))
         ->capture_default_str();
-    cmd->add_option("--max-sandboxes", o.max_running, "Running, paused and sleeping sandboxes at most")
+    cmd->add_option("--max-sandboxes", o.max_running,
+                    "Sandboxes that hold a VM at most (creating, running, paused, sleeping, archiving, unarchiving, "
+                    "rebooting)")
         ->type_name("N")
         ->check(CLI::Range(1u, 4096u).description(""))
         ->capture_default_str();

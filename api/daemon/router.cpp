@@ -55,7 +55,14 @@ bool Router::match_one(const Entry& e, const std::vector<std::string_view>& segm
         const std::string& want = e.segments[i];
         if (is_param(want)) {
             if (segments[i].empty()) return false;
-            if (params) (*params)[want.substr(1, want.size() - 2)] = std::string(segments[i]);
+            // A parameter is one segment, percent-decoded (RFC 3986 §2.1: `auto%3Adefault%3A1x256`
+            // names auto:default:1x256; `..%2Fx` is the id "../x", never a path). The escapes
+            // were checked by http::split_target; an undecodable one stays as sent.
+            if (params) {
+                std::string value;
+                if (!http::percent_decode(segments[i], value)) value = std::string(segments[i]);
+                (*params)[want.substr(1, want.size() - 2)] = std::move(value);
+            }
         } else if (want != segments[i]) {
             return false;
         }

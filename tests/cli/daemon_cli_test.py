@@ -116,7 +116,7 @@ try:
     url = f"http://127.0.0.1:{daemon.tcp_port}"
     code, out, err = run("sandbox", "ls", "--json", "--state-dir", state, env={"NANOVM_URL": url})
     tap.ok(code == 0 and json.loads(out) == [], "NANOVM_URL: sandbox ls over TCP with the state dir's token", out + err)
-    expect("NANOVM_URL with a wrong NANOVM_TOKEN: 1, unauthorized", 1, "unauthorized", "sandbox", "ls",
+    expect("NANOVM_URL with a wrong NANOVM_TOKEN: 7, unauthorized", 7, "unauthorized", "sandbox", "ls",
            env={"NANOVM_URL": url, "NANOVM_TOKEN": "0" * 64})
     expect("NANOVM_URL that is not loopback: 2", 2, "only a loopback address", "sandbox", "ls",
            env={"NANOVM_URL": "http://10.0.0.1:80", "NANOVM_TOKEN": "x"})
@@ -136,6 +136,11 @@ try:
     code, out, err = run("template", "list", "--json", "--state-dir", state)
     tap.ok(code == 0 and [t["name"] for t in json.loads(out)] == ["auto:default:1x256"],
            "template list --json: the create's implicit template", out + err)
+    code, out, err = run("template", "get", "auto:default:1x256", "--json", "--state-dir", state)
+    tap.ok(code == 0 and json.loads(out)["name"] == "auto:default:1x256",
+           "template get of the implicit template's name (its ':' percent-encoded in the URL)", out + err)
+    expect("snapshot get of an id with ../: 4, snapshot_not_found (never another route)", 4, "snapshot_not_found",
+           "snapshot", "get", "../../v1/health", "--state-dir", state)
     expect("template get of an unknown name: 4, template_not_found", 4, "template_not_found", "template", "get", "nope",
            "--state-dir", state)
     expect("template delete of an unknown name: 4", 4, "template_not_found", "template", "delete", "nope",

@@ -85,6 +85,9 @@ def run():
         expect("an unknown state filter", d.get("/v1/sandboxes?state=dancing"), 400, "invalid_field")
         expect("GET of an unknown snapshot", d.get(f"/v1/snapshots/{UUID}"), 404, "snapshot_not_found")
         expect("a snapshot id with ../", d.get("/v1/snapshots/..%2Fstore.db"), 404, "snapshot_not_found")
+        r = d.get("/v1/templates/no%3Asuch%3A1x256")  # a path parameter is percent-decoded
+        expect("a template name with escaped ':'", r, 404, "template_not_found")
+        tap.ok("no template no:such:1x256" in r.json()["error"]["message"], "the name decoded in its message", r)
         expect("restore of an unknown snapshot", post(f"/v1/snapshots/{UUID}/restore"), 404, "snapshot_not_found")
         expect("wait with a timeout over an hour", post(f"/v1/snapshots/{UUID}/wait", {"timeout_s": 99999}),
                422, "out_of_range")

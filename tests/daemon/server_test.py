@@ -115,7 +115,9 @@ def run():
         tap.ok('nanovm_api_operation_seconds_bucket{op="GET /v1/health",le="+Inf"}' in m.body
                and "# TYPE nanovm_api_operation_seconds histogram" in m.body,
                "/metrics has a latency histogram per operation", m.body[:2000])
-        tap.ok("# TYPE nanovm_sandboxes gauge" in m.body, "/metrics has the sandboxes-per-state gauge", m.body[:500])
+        tap.ok("# TYPE nanovm_sandboxes gauge" in m.body and 'nanovm_sandboxes{state="running"} 0' in m.body
+               and 'nanovm_sandboxes{state="archived"} 0' in m.body,
+               "/metrics has the sandboxes-per-state gauge, a line for every state (0 with no sandboxes)", m.body[:800])
 
         # --- OpenAPI against the routes the daemon has ---
         doc = d.get("/v1/openapi.json")

@@ -251,7 +251,13 @@ SandboxRecord SandboxManager::get(const std::string& id) { return must_get(id); 
 
 std::vector<SandboxRecord> SandboxManager::list(const store::SandboxFilter& filter) { return store_.sandboxes(filter); }
 
-std::map<std::string, int64_t> SandboxManager::count_by_state() { return store_.count_by_state(); }
+std::map<std::string, int64_t> SandboxManager::count_by_state() {
+    // Every state has a line, 0 included (a gauge that vanishes reads as "unknown").
+    std::map<std::string, int64_t> counts;
+    for (const SandboxState st : all_states()) counts[std::string(to_string(st))] = 0;
+    for (const auto& [state, n] : store_.count_by_state()) counts[state] = n;
+    return counts;
+}
 
 SandboxRecord SandboxManager::patch(const std::string& id, const PatchRequest& request) {
     const auto s = slot(must_get(id).id);

@@ -176,6 +176,7 @@ public:
     void remove(const std::string& id);
     store::SandboxRecord pause(const std::string& id);
     store::SandboxRecord resume(const std::string& id);
+    /// Sandboxes per state name, every state listed (0 included), for /metrics and health.
     std::map<std::string, int64_t> count_by_state();
 
     // Rest states (manager_rest.cpp).

@@ -27,6 +27,13 @@ Query = Optional[Mapping[str, Union[str, int, bool, None]]]
 _BLOCK = 1 << 20  # bytes per read/write of file bodies
 
 
+def segment(value: str) -> str:
+    """``value`` (an id or a name a caller gave) as one URL path segment: every character
+    but RFC 3986's unreserved ones percent-encoded, so a ``/`` or ``?`` in it cannot
+    reach another route (``"../x"`` is the id ``../x``: not found)."""
+    return urllib.parse.quote(str(value), safe="")
+
+
 def default_state_dir() -> str:
     """The daemon's state directory by the CLI's rule (without ``--state-dir``)."""
     env = os.environ.get("NANOVM_STATE_DIR")

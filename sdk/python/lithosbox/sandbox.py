@@ -13,7 +13,7 @@ from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional,
                     overload)
 
 from ._exec import OutputCallback, run_exec
-from ._transport import Body, Query, Response
+from ._transport import Body, Query, Response, segment
 from .commands import Command, Commands
 from .errors import (ForkError, LithosBoxError, TemplateBuildingError, WrongStateError, error_from_answer)
 from .files import Files
@@ -386,7 +386,7 @@ class Sandboxes:
 
     def get(self, sandbox_id: str) -> Sandbox:
         """A sandbox by id (e.g. from another script). Raises SandboxNotFoundError."""
-        return Sandbox(self._box, self._box._t.call("GET", f"/v1/sandboxes/{sandbox_id}"))
+        return Sandbox(self._box, self._box._t.call("GET", f"/v1/sandboxes/{segment(sandbox_id)}"))
 
     def list(self, state: Optional[str] = None, labels: Optional[Mapping[str, str]] = None) -> List[Sandbox]:
         """Every sandbox, or those in ``state`` having all of ``labels``. Raises
@@ -398,5 +398,5 @@ class Sandboxes:
 
     def delete(self, sandbox_id: str) -> None:
         """Deletes a sandbox by id (``Sandbox.delete``)."""
-        self._box._t.call("DELETE", f"/v1/sandboxes/{sandbox_id}")
+        self._box._t.call("DELETE", f"/v1/sandboxes/{segment(sandbox_id)}")
 

@@ -9,6 +9,7 @@ import time
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional
 
 from ._exec import http_timeout, whole_seconds
+from ._transport import segment
 from .errors import LithosBoxError, LithosBoxTimeoutError
 
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ class Snapshots:
 
     def get(self, snapshot_id: str) -> Snapshot:
         """One snapshot by id. Raises SnapshotNotFoundError."""
-        return Snapshot(self._box, self._box._t.call("GET", f"/v1/snapshots/{snapshot_id}"))
+        return Snapshot(self._box, self._box._t.call("GET", f"/v1/snapshots/{segment(snapshot_id)}"))
 
     def list(self, sandbox_id: Optional[str] = None) -> List[Snapshot]:
         """Every snapshot (or those of one sandbox, which must still exist), oldest
@@ -107,7 +108,7 @@ class Snapshots:
             body["metadata"] = dict(labels)
         if timeout_s is not None:
             body["timeout_s"] = timeout_s
-        return Sandbox(self._box, self._box._t.call("POST", f"/v1/snapshots/{snapshot_id}/restore", body))
+        return Sandbox(self._box, self._box._t.call("POST", f"/v1/snapshots/{segment(snapshot_id)}/restore", body))
 
     def wait_durable(self, snapshot_id: str, timeout: Optional[float] = DEFAULT_DURABLE_WAIT_S) -> Snapshot:
         """Waits until the snapshot is durable and answers it (``.durable`` True).
@@ -125,7 +126,7 @@ class Snapshots:
             left = WAIT_STEP_S if deadline is None else max(0.0, deadline - time.monotonic())
             step = min(WAIT_STEP_S, whole_seconds(left) or 0)
             snap = Snapshot(self._box, self._box._t.call(
-                "POST", f"/v1/snapshots/{snapshot_id}/wait", {"timeout_s": step}, timeout=http_timeout(step)))
+                "POST", f"/v1/snapshots/{segment(snapshot_id)}/wait", {"timeout_s": step}, timeout=http_timeout(step)))
             if snap.durable:
                 return snap
             if snap.state == "error":
@@ -139,4 +140,4 @@ class Snapshots:
     def delete(self, snapshot_id: str) -> None:
         """Deletes a snapshot (its files go once nothing restored from it needs them).
         Raises SnapshotNotFoundError, WrongStateError (still saving)."""
-        self._box._t.call("DELETE", f"/v1/snapshots/{snapshot_id}")
+        self._box._t.call("DELETE", f"/v1/snapshots/{segment(snapshot_id)}")

@@ -14,8 +14,8 @@ client waits that out). 404 ``template_not_found``; 409 ``template_exists``,
 
 import time
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence
-from urllib.parse import quote
 
+from ._transport import segment
 from .errors import LithosBoxError, LithosBoxTimeoutError
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ POLL_S = 1.0
 
 
 def _name_path(name: str) -> str:
-    return "/v1/templates/" + quote(name, safe="")
+    return "/v1/templates/" + segment(name)
 
 
 class Template:

@@ -194,6 +194,18 @@ class SandboxRequestsTest(FakeCase):
             self.box.sandboxes.get(missing)
         self.assertEqual(cm.exception.status, 404)
 
+    def test_ids_are_one_path_segment(self):
+        # An id a caller gives is percent-encoded whole: "../../v1/health" cannot reach
+        # another route; the daemon decodes it and answers not found.
+        self.fake.queue("GET", "/v1/sandboxes/..%2F..%2Fv1%2Fhealth", error(404, "sandbox_not_found", "no sandbox"))
+        with self.assertRaises(SandboxNotFoundError):
+            self.box.sandboxes.get("../../v1/health")
+        self.fake.queue("GET", "/v1/snapshots/a%3Fb", error(404, "snapshot_not_found", "no snapshot"))
+        with self.assertRaises(LithosBoxError):
+            self.box.snapshots.get("a?b")
+        self.assertEqual([r.path for r in self.fake.requests][-2:],
+                         ["/v1/sandboxes/..%2F..%2Fv1%2Fhealth", "/v1/snapshots/a%3Fb"])
+
     def test_list_filters_and_pages(self):
         other = "22222222-2222-4333-8444-555555555555"
         self.fake.queue("GET", "/v1/sandboxes", answer(200, {"sandboxes": [sandbox_json()], "next": SID}),
