@@ -4,8 +4,10 @@
 For each run: wall time from exec to the guest's ready line on the console
 ("nanovm-init: ready uptime_ms=..."), the guest's own uptime at that line, and the
 VMM's RSS overhead = process RSS minus the resident part of the guest-RAM mapping
-(from /proc/PID/smaps), both in MiB, sampled right after the ready line while the
-guest idles, and how much of that RAM huge pages map. Prints a table, then one JSON
+(from /proc/PID/smaps) and the anonymous part of it (the process's own memory; the
+rest is binary and library pages shared with every process running them), in MiB,
+sampled right after the ready line while the guest idles, and how much of the guest's
+RAM huge pages map. Prints a table, then one JSON
 line (tools/bench/run conventions).
 
 Like with like: same kernel, initramfs and command line (each VMM adds its
@@ -46,11 +48,14 @@ BASE_CMDLINE = "console=ttyS0 reboot=k panic=-1 quiet"
 def guest_ram_rss_kib(pid, guest_bytes):
     """Resident KiB of the process, resident KiB of the mappings that hold guest RAM
     (nanovm's memfds, nanovm-ram-*, or for QEMU anonymous/shared mappings at least half
-    as big as RAM) and KiB of that RAM mapped by huge pages (AnonHugePages +
-    ShmemPmdMapped)."""
+    as big as RAM), KiB of that RAM mapped by huge pages (AnonHugePages +
+    ShmemPmdMapped) and KiB of anonymous memory outside it (heap, stacks, copied-on-
+    write library data: the process's own, where the rest of the RSS overhead is
+    binary and library pages every process running them shares)."""
     total_rss = 0
     ram_rss = 0
     ram_huge = 0
+    other_anon = 0
     current_is_ram = False
     with open(f"/proc/{pid}/smaps") as f:
         for line in f:
@@ -68,7 +73,9 @@ def guest_ram_rss_kib(pid, guest_bytes):
                     ram_rss += kib
             elif head and head[0] in ("AnonHugePages:", "ShmemPmdMapped:") and current_is_ram:
                 ram_huge += int(head[1])
-    return total_rss, ram_rss, ram_huge
+            elif head and head[0] == "Anonymous:" and not current_is_ram:
+                other_anon += int(head[1])
+    return total_rss, ram_rss, ram_huge, other_anon
 
 
 DMESG_END = b"@@dmesg-end@@"
@@ -129,15 +136,15 @@ def read_dmesg(proc, buf, deadline):
 
 
 def one_run(cmd, guest_bytes, save_prefix=None, timeout_s=120):
-    """(wall ms, guest uptime ms, RSS overhead MiB, guest RAM in huge pages MiB,
-    {KVM counter: value}) of one boot;
+    """(wall ms, guest uptime ms, RSS overhead MiB, anonymous part of it MiB, guest RAM
+    in huge pages MiB, {KVM counter: value}) of one boot;
     with save_prefix, its smaps, KVM counters and dmesg go to save_prefix.{smaps,kvm,dmesg}."""
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             stdin=subprocess.PIPE if save_prefix else subprocess.DEVNULL)
     buf = b""
     wall_ms = uptime_ms = None
-    overhead_mib = huge_mib = None
+    overhead_mib = huge_mib = anon_mib = None
     counters = {}
     deadline = t0 + timeout_s
     os.set_blocking(proc.stdout.fileno(), True)
@@ -151,9 +158,10 @@ def one_run(cmd, guest_bytes, save_prefix=None, timeout_s=120):
             wall_ms = (time.monotonic() - t0) * 1000.0
             uptime_ms = int(m.group(1))
             try:
-                total, ram, huge = guest_ram_rss_kib(proc.pid, guest_bytes)
+                total, ram, huge, anon = guest_ram_rss_kib(proc.pid, guest_bytes)
                 overhead_mib = (total - ram) / 1024.0
                 huge_mib = huge / 1024.0
+                anon_mib = anon / 1024.0
             except OSError:
                 pass
             if save_prefix:
@@ -177,7 +185,7 @@ def one_run(cmd, guest_bytes, save_prefix=None, timeout_s=120):
     if wall_ms is None:
         sys.stderr.write(f"run failed (exit {proc.returncode}): {' '.join(cmd)}\n"
                          + buf[-2000:].decode(errors="replace") + "\n")
-    return wall_ms, uptime_ms, overhead_mib, huge_mib, counters
+    return wall_ms, uptime_ms, overhead_mib, anon_mib, huge_mib, counters
 
 
 def med(xs):
@@ -220,11 +228,12 @@ def main():
                            "-no-user-config", "-nographic", "-serial", "stdio", "-no-reboot",
                            "-kernel", args.kernel, "-initrd", args.initrd, "-append", cmdline,
                            "-global", "virtio-mmio.force-legacy=false", "-device", "virtio-rng-device"]
-    results = {name: {"wall": [], "uptime": [], "rss": [], "huge": [], "kvm": []} for name in systems}
+    results = {name: {"wall": [], "uptime": [], "rss": [], "anon": [], "huge": [], "kvm": []} for name in systems}
     for run in range(args.runs):
         for name, cmd in systems.items():  # interleaved
             prefix = os.path.join(args.save, f"{name}-{run}") if args.save else None
-            wall, uptime, rss, huge, counters = one_run(cmd, guest_bytes, prefix)
+            wall, uptime, rss, anon, huge, counters = one_run(cmd, guest_bytes, prefix)
+            results[name]["anon"].append(anon)
             results[name]["kvm"].append(counters)
             results[name]["huge"].append(huge)
             results[name]["wall"].append(wall)
@@ -238,14 +247,16 @@ def main():
     print(f"boot benchmark ({args.where}, {args.runs} interleaved runs, {args.cpus} vCPU, "
           f"{GUEST_MIB} MiB, medians; both: serial, RTC, virtio-rng)")
     print(f"{'system':8} {'exec->ready ms':>15} {'guest uptime ms':>16} {'RSS overhead MiB':>17} "
-          f"{'RAM in huge pages MiB':>22} {'failed':>7}")
+          f"{'of it anon MiB':>15} {'RAM in huge pages MiB':>22} {'failed':>7}")
     for name, r in results.items():
         wall, up, rss, huge = med(r["wall"]), med(r["uptime"]), med(r["rss"]), med(r["huge"])
+        anon = med(r["anon"])
         failed = sum(1 for w in r["wall"] if w is None)
-        print(f"{name:8} {wall!s:>15} {up!s:>16} {rss!s:>17} {huge!s:>22} {failed:>7}")
+        print(f"{name:8} {wall!s:>15} {up!s:>16} {rss!s:>17} {anon!s:>15} {huge!s:>22} {failed:>7}")
         out[f"{name}_boot_ms"] = wall
         out[f"{name}_guest_uptime_ms"] = up
         out[f"{name}_rss_overhead_mib"] = rss
+        out[f"{name}_anon_overhead_mib"] = anon
         out[f"{name}_ram_huge_mib"] = huge
         out[f"{name}_failed_runs"] = failed
     if out.get("nanovm_boot_ms") and out.get("qemu_boot_ms"):
