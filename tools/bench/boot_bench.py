@@ -7,8 +7,7 @@ VMM's RSS overhead = process RSS minus the resident part of the guest-RAM mappin
 (from /proc/PID/smaps) and the anonymous part of it (the process's own memory; the
 rest is binary and library pages shared with every process running them), in MiB,
 sampled right after the ready line while the guest idles, and how much of the guest's
-RAM huge pages map. Prints a table, then one JSON
-line (tools/bench/run conventions).
+RAM huge pages map. Prints a table, then one JSON line (tools/bench/run conventions).
 
 Like with like: same kernel, initramfs and command line (each VMM adds its
 virtio_mmio.device= parameter); both VMMs give a serial console, a CMOS RTC, the
@@ -21,8 +20,8 @@ touches (~10,300 by the ready line in the test host, QEMU ~350: --save's counter
 
 --save DIR, for finding where boot time and memory go (not for the figures): at the
 ready line each run also keeps the VMM's /proc/PID/smaps (DIR/<system>-<run>.smaps)
-and, where KVM's debugfs is (mounted in the test host if need be), the VM's exit and page-fault
-counters (.kvm; their medians go in the table and the JSON as
+and, where KVM's debugfs is (mounted in the test host if need be), the VM's exit and
+page-fault counters (.kvm; their medians go in the table and the JSON as
 <system>_kvm_<counter>); then it types `dmesg` into the guest's console shell and
 keeps the printk-timestamped answer (.dmesg) for tools/bench/boot_timeline.py, which
 lays both guests' boots side by side. --append adds kernel parameters to both
