@@ -18,14 +18,22 @@ namespace {
 
 constexpr uint64_t kPmdBytes = 2 * MiB;
 
-/// `size` bytes of address space (PROT_NONE) starting on a 2 MiB boundary.
-uint8_t* reserve_aligned(uint64_t size) {
-    void* base = ::mmap(nullptr, size + kPmdBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+/// `size` bytes of address space (PROT_NONE) starting on a 2 MiB boundary. With
+/// `guard_below`, the page below the start stays reserved as well (PROT_NONE, for the
+/// life of the process: 4 KiB of address space, no memory), so that no later mapping
+/// can end on that 2 MiB boundary: glibc puts the next thread's 8 MiB stack right
+/// below the RAM, and a stack whose top 2 MiB block is whole and aligned takes a
+/// transparent huge page at its first touch where THP is "always" (2 MiB of RSS for a
+/// few KiB of stack: the boot bench's VMM in the test host, 2026-12-01 and -02).
+uint8_t* reserve_aligned(uint64_t size, bool guard_below = false) {
+    const uint64_t guard = guard_below ? kPageSize : 0;
+    const uint64_t reserved = size + kPmdBytes + guard;
+    void* base = ::mmap(nullptr, reserved, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (base == MAP_FAILED) throw_errno("mmap(reserve guest RAM address space)");
     const uintptr_t b = reinterpret_cast<uintptr_t>(base);
-    const uintptr_t a = (b + kPmdBytes - 1) & ~(kPmdBytes - 1);
-    if (a > b) ::munmap(base, a - b);
-    if (b + kPmdBytes > a) ::munmap(reinterpret_cast<void*>(a + size), b + kPmdBytes - a);
+    const uintptr_t a = (b + guard + kPmdBytes - 1) & ~(kPmdBytes - 1);
+    if (a - guard > b) ::munmap(base, a - guard - b);
+    if (b + reserved > a + size) ::munmap(reinterpret_cast<void*>(a + size), b + reserved - (a + size));
     return reinterpret_cast<uint8_t*>(a);
 }
 
@@ -40,7 +48,7 @@ MemoryRegion map_region(Gpa gpa, uint64_t size, uint32_t slot) {
     if (!region.memfd) throw_errno("memfd_create");
     if (::ftruncate(region.memfd.get(), static_cast<off_t>(size)) != 0) throw_errno("ftruncate(guest RAM)");
     // 2 MiB aligned, so that a fork's mremap moves whole page tables (move_pgt_entry).
-    uint8_t* at = reserve_aligned(size);
+    uint8_t* at = reserve_aligned(size, /*guard_below=*/true);
     void* host = ::mmap(at, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE | MAP_FIXED,
                         region.memfd.get(), 0);
     if (host == MAP_FAILED) {

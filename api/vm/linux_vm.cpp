@@ -4,11 +4,13 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <filesystem>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -42,31 +44,48 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(SerialState, ier, fcr, lcr, mcr, scr, dll, dl
 
 namespace {
 
-// Reads a whole file. Throws Error("<what> <path>: <reason>"), with `hint` appended
-// when the file does not exist.
-std::vector<uint8_t> read_file(const std::string& path, std::string_view what, std::string_view hint) {
-    Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd) {
-        const int err = errno;
-        std::string message = fmt::format("{} {}: {}", what, path, ::strerror(err));
-        if (err == ENOENT && !hint.empty()) message = fmt::format("{} ({})", message, hint);
-        throw Error(message);
+// A whole file mapped read-only (MAP_PRIVATE): the kernel and initramfs are copied
+// from the page cache into guest RAM once. Reading them into a zero-filled vector
+// first cost a 6 MiB memset, a 6 MiB read copy and ~1,500 anonymous page faults per
+// boot (natively 16% of `nanovm boot --until-ready`'s CPU samples in memset, 14% in
+// the read copy, before the guest ran; 2026-12-02, perf record). The images are
+// replaced by rename, never rewritten in place (tools/guest-kernel/build,
+// ninja): a file truncated while it is mapped would fault the VMM with SIGBUS.
+class MappedFile {
+public:
+    /// Throws Error("<what> <path>: <reason>"), with `hint` appended when the file
+    /// does not exist.
+    MappedFile(const std::string& path, std::string_view what, std::string_view hint) {
+        Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+        if (!fd) {
+            const int err = errno;
+            std::string message = fmt::format("{} {}: {}", what, path, ::strerror(err));
+            if (err == ENOENT && !hint.empty()) message = fmt::format("{} ({})", message, hint);
+            throw Error(message);
+        }
+        struct stat st {};
+        if (::fstat(fd.get(), &st) != 0) throw Error(fmt::format("{} {}: {}", what, path, ::strerror(errno)));
+        if (!S_ISREG(st.st_mode)) throw Error(fmt::format("{} {}: not a regular file", what, path));
+        if (st.st_size == 0) throw Error(fmt::format("{} {}: empty file", what, path));
+        size_ = static_cast<size_t>(st.st_size);
+        void* at = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+        if (at == MAP_FAILED) throw Error(fmt::format("{} {}: mmap: {}", what, path, ::strerror(errno)));
+        data_ = static_cast<const uint8_t*>(at);
+        (void)::madvise(at, size_, MADV_SEQUENTIAL);  // read once, front to back
     }
-    struct stat st {};
-    if (::fstat(fd.get(), &st) != 0) throw Error(fmt::format("{} {}: {}", what, path, ::strerror(errno)));
-    if (!S_ISREG(st.st_mode)) throw Error(fmt::format("{} {}: not a regular file", what, path));
-    if (st.st_size == 0) throw Error(fmt::format("{} {}: empty file", what, path));
-    std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
-    size_t done = 0;
-    while (done < bytes.size()) {
-        const ssize_t n = ::read(fd.get(), bytes.data() + done, bytes.size() - done);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) throw Error(fmt::format("{} {}: {}", what, path, ::strerror(errno)));
-        if (n == 0) throw Error(fmt::format("{} {}: file shrank while being read", what, path));
-        done += static_cast<size_t>(n);
+    MappedFile() = default;
+    ~MappedFile() {
+        if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
     }
-    return bytes;
-}
+    MappedFile(const MappedFile&) = delete;
+    MappedFile& operator=(const MappedFile&) = delete;
+
+    std::span<const uint8_t> bytes() const { return {data_, size_}; }
+
+private:
+    const uint8_t* data_ = nullptr;
+    size_t size_ = 0;
+};
 
 // Writes all of `bytes` to `fd`, waiting when it is non-blocking and full. Reports
 // the first failure once (e.g. EPIPE) and drops output after it.
@@ -119,15 +138,16 @@ LoadedGuest load_guest(const BootOptions& options) {
         default_initrd ? fmt::format("guest initramfs not built: run {}", kBuildInitrdCommand) : "";
     const std::string cmdline = boot_cmdline(options);
     GuestMemory memory = GuestMemory::create(uint64_t{options.memory_mib} * MiB);
-    // The file images are only needed until they are copied into guest RAM: freeing
+    // The file images are only needed until they are copied into guest RAM: unmapping
     // them here keeps ~6 MiB (kernel + initramfs) out of the VMM's resident set.
     LinuxLayout layout = [&] {
-        const std::vector<uint8_t> kernel = read_file(kernel_path, "kernel", kernel_hint);
+        const MappedFile kernel(kernel_path, "kernel", kernel_hint);
         // A root disk boots without an initramfs unless one is asked for.
-        const std::vector<uint8_t> initrd = options.root_disk && default_initrd
-                                                ? std::vector<uint8_t>{}
-                                                : read_file(initrd_path, "initrd", initrd_hint);
-        return load_linux(memory, {kernel, kernel_path}, {initrd, initrd_path}, cmdline, options.cpus);
+        const std::optional<MappedFile> initrd =
+            options.root_disk && default_initrd ? std::nullopt
+                                                : std::optional<MappedFile>(std::in_place, initrd_path, "initrd", initrd_hint);
+        return load_linux(memory, {kernel.bytes(), kernel_path},
+                          {initrd ? initrd->bytes() : std::span<const uint8_t>{}, initrd_path}, cmdline, options.cpus);
     }();
     check_disk_paths(options);
     return LoadedGuest{std::move(memory), std::move(layout)};

@@ -3,7 +3,6 @@
 
 #include <fcntl.h>
 #include <linux/fs.h>
-#include <openssl/evp.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -21,6 +20,7 @@
 #include <fmt/format.h>
 
 #include "api/daemon/random_bytes.hpp"
+#include "api/daemon/store/sha256.hpp"
 #include "api/vm/scratch_disk.hpp"
 #include "snapshot/memory_layer.hpp"
 #include "vmm/fd.hpp"
@@ -63,8 +63,7 @@ std::string sha256_fd(int fd, const std::string& path, int copy) {
     struct stat st {};
     if (::fstat(fd, &st) != 0) throw_errno("fstat " + path);
     const auto size = static_cast<uint64_t>(st.st_size);
-    std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
-    if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) throw Error("SHA-256: EVP_DigestInit_ex failed");
+    Sha256 hash;
     constexpr size_t kChunk = 1u << 20;
     std::vector<uint8_t> buffer(kChunk);
     static const std::vector<uint8_t> zeros(kChunk, 0);
@@ -72,7 +71,7 @@ std::string sha256_fd(int fd, const std::string& path, int copy) {
     auto zeros_to = [&](uint64_t end) {
         while (at < end) {
             const size_t n = static_cast<size_t>(std::min<uint64_t>(kChunk, end - at));
-            EVP_DigestUpdate(ctx.get(), zeros.data(), n);
+            hash.update(zeros.data(), n);
             at += n;
         }
     };
@@ -85,19 +84,14 @@ std::string sha256_fd(int fd, const std::string& path, int copy) {
             if (n < 0 && errno == EINTR) continue;
             if (n < 0) throw_errno("pread " + path);
             if (n == 0) throw Error(fmt::format("{}: shrank while being hashed", path));
-            EVP_DigestUpdate(ctx.get(), buffer.data(), static_cast<size_t>(n));
+            hash.update(buffer.data(), static_cast<size_t>(n));
             if (copy >= 0) snapshot::pwrite_all(copy, buffer.data(), static_cast<uint64_t>(n), at, "the image copy");
             at += static_cast<uint64_t>(n);
         }
     });
     zeros_to(size);
     if (copy >= 0 && ::ftruncate(copy, static_cast<off_t>(size)) != 0) throw_errno("ftruncate (the image copy)");
-    unsigned char digest[EVP_MAX_MD_SIZE];
-    unsigned int length = 0;
-    if (EVP_DigestFinal_ex(ctx.get(), digest, &length) != 1) throw Error("SHA-256: EVP_DigestFinal_ex failed");
-    std::string out;
-    for (unsigned int i = 0; i < length; ++i) out += fmt::format("{:02x}", digest[i]);
-    return out;
+    return hash.hex_digest();
 }
 
 // The digest cache beside an image (<image>.sha256: "<digest> <bytes> <mtime ns>"),
