@@ -45,7 +45,7 @@ VmDriver::Started VmDriver::start(uint32_t cpus, uint32_t memory_mib, const std:
     spec.hostname = hostname;
     try {
         const vm::StartedVm vm = vm::start_vm(spec, /*attached=*/false, -1);
-        return Started{vm.paths.id, vm.paths.dir, vm.pid};
+        return Started{vm.paths.id, vm.paths.dir, vm.pid, vm.from_standby};
     } catch (const vm::StartError& e) {
         vm::remove_vm_dir(e.paths());  // nothing of it is recorded yet
         std::string message = e.what();

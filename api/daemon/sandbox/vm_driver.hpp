@@ -33,6 +33,7 @@ public:
         std::string vm_id;
         std::string dir;  ///< its VM directory
         pid_t pid = -1;
+        bool from_standby = false;  ///< a restore that went into a pre-made VMM
     };
 
     /// Boots a VM of `cpus` x `memory_mib` from root image `image` (a file), or with
