@@ -179,11 +179,9 @@ def note_create(b, sid, prefix):
     b.notes.setdefault(prefix + "_paths", []).append(path or "?")
     if daemon_ms is not None:
         b.notes.setdefault(prefix + "_daemon_ms", []).append(daemon_ms)
-    for name, pattern in (("resume", r"resume ([0-9.]+) ms"), ("resync", r"resync ([0-9.]+) ms"),
-                          ("vm_start", r"VM start ([0-9.]+) ms")):
-        m = re.search(pattern, parts)
-        if m:
-            b.notes.setdefault(f"{prefix}_daemon_{name}_ms", []).append(float(m.group(1)))
+    for name, value in re.findall(r"([A-Za-z][A-Za-z ]*?) ([0-9.]+) ms", parts):
+        name = name.replace("no warm VM", "take").replace(" ", "_").lower()
+        b.notes.setdefault(f"{prefix}_daemon_{name}_ms", []).append(float(value))
     if path and path.startswith("restored"):
         # Where the VM start went, from the new VMM's log: its restore (the prefetch in
         # it), the agent's first answer and the resync.

@@ -235,8 +235,18 @@ SandboxRecord SandboxManager::create_from_template(const TemplateUse& from, cons
     SandboxRecord r = new_record(shaped);
     r.image = from.image;
     r.image_digest = from.image_digest;  // the image the template's snapshot runs over
+    // A warm VM is taken before the caps are checked: taken, its memory is no longer
+    // the template manager's (held_memory_mb) but this sandbox's, counted once.
     auto t = Clock::now();
-    reserve({r});
+    const std::optional<VmDriver::Started> warm = templates_->take_warm(from.name);
+    const double take_ms = ms_between(t, Clock::now());
+    t = Clock::now();
+    try {
+        reserve({r});
+    } catch (...) {
+        if (warm) templates_->release_warm(*warm);
+        throw;
+    }
     templates_->made_sandbox(from.name, r.id);
     const double record_ms = ms_between(t, Clock::now());
     // One line per create: where its time went inside the daemon (the VMM's log has
@@ -247,14 +257,12 @@ SandboxRecord SandboxManager::create_from_template(const TemplateUse& from, cons
                              "reserve and record {:.1f} ms, {}",
                              r.id, from.name, ms_between(started, Clock::now()), path, use_ms, record_ms, parts));
     };
-    t = Clock::now();
-    if (const auto warm = templates_->take_warm(from.name)) {
+    if (warm) {
         // A VM restored from the template ahead and paused (template_manager.hpp "Warm
         // VMs"). It was restored before this sandbox's id existed: it is resumed, and
         // its agent gives the guest the sandbox id as hostname, reseeds its RNG and
         // steps its clock (paused since its restore) now, as a launched sandbox gets
         // them. A VM that cannot is stopped and the create restores.
-        const double take_ms = ms_between(t, Clock::now());
         double resume_ms = 0;
         try {
             t = Clock::now();
@@ -267,8 +275,7 @@ SandboxRecord SandboxManager::create_from_template(const TemplateUse& from, cons
             log_line(fmt::format("sandbox {}: warm VM {} of template {} did not resume or refused its hostname ({}): "
                                  "restoring instead",
                                  r.id, warm->vm_id, from.name, e.what()));
-            vms_.stop(warm->vm_id);
-            templates_->release_warm(*warm);
+            templates_->release_warm(*warm);  // stopped, its directory released
             return launch(std::move(r), from.restore_dir, from.standby_sockets);
         }
         const double resync_ms = ms_between(t, Clock::now());
@@ -284,7 +291,6 @@ SandboxRecord SandboxManager::create_from_template(const TemplateUse& from, cons
                          resync_ms, ms_between(t, Clock::now())));
         return r;
     }
-    const double take_ms = ms_between(t, Clock::now());
     LaunchTiming timing;
     SandboxRecord out = launch(std::move(r), from.restore_dir, from.standby_sockets, &timing);
     r.id = out.id;
