@@ -182,6 +182,12 @@ def note_create(b, sid, prefix):
     for name, value in re.findall(r"([A-Za-z][A-Za-z ]*?) ([0-9.]+) ms", parts):
         name = name.replace("no warm VM", "take").replace(" ", "_").lower()
         b.notes.setdefault(f"{prefix}_daemon_{name}_ms", []).append(float(value))
+    if path == "took a warm VM":
+        # What the guest said on its console after the resume (a clock jump: soft
+        # lockup, RCU stall or clocksource lines, each slow on a serial console).
+        text = b.text(f"/v1/sandboxes/{sid}/logs/console?tail_bytes=4096")
+        b.notes.setdefault(prefix + "_console_warnings", []).append(
+            float(len(re.findall(r"soft lockup|rcu.*stall|clocksource|watchdog", text, re.I))))
     if path and path.startswith("restored"):
         # Where the VM start went, from the new VMM's log: its restore (the prefetch in
         # it), the agent's first answer and the resync.

@@ -132,9 +132,9 @@ bool VmDriver::ended_in_reboot(const std::string& vm_id) const {
     return vm::vmm_end_reason(run_.vm(vm_id)).starts_with(fmt::format("VM {} ended: reboot", vm_id));
 }
 
-void VmDriver::pause(const std::string& vm_id) {
+void VmDriver::pause(const std::string& vm_id, bool freeze_clock) {
     try {
-        vm::pause_vm(paths(vm_id));
+        vm::pause_vm(paths(vm_id), freeze_clock);
     } catch (const std::exception& e) {
         throw_vm_error("pause", e);
     }

@@ -77,7 +77,8 @@ public:
     /// vmm.log's last "VM ... ended: reboot" line).
     bool ended_in_reboot(const std::string& vm_id) const;
 
-    void pause(const std::string& vm_id);
+    /// `freeze_clock`: vm::pause_vm's (a warm VM's guest clock does not jump).
+    void pause(const std::string& vm_id, bool freeze_clock = false);
     void resume(const std::string& vm_id);
     /// Snapshots into `dir` (absolute, missing); returns whether it is durable.
     bool snapshot(const std::string& vm_id, const std::string& dir, bool wait_durable, bool leave_paused);

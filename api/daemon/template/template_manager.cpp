@@ -21,9 +21,6 @@ using store::TemplateRecord;
 
 namespace {
 
-// How long a warm VM runs after its agent's first answer before it is paused.
-constexpr std::chrono::milliseconds kWarmSettle{1000};
-
 // How long a template from a snapshot waits for that snapshot to be durable.
 constexpr auto kSnapshotWait = std::chrono::minutes(10);
 
@@ -108,12 +105,11 @@ void TemplateManager::refill_warm(const TemplateRecord& t) {
                             pool_.sockets(static_cast<uint32_t>(t.cpus), static_cast<uint32_t>(t.memory_mb)));
             store::track_dir(store_, vm->dir, "vm", "warm:" + t.name);
             // Its agent answered (start returns then): its first-touch faults are
-            // done. It runs kWarmSettle more (what the guest does right after a restore
-            // and a resync is not left to the create that takes it), then waits paused,
-            // without CPU; the create that takes it resumes it.
-            for (auto left = kWarmSettle; left.count() > 0 && !stopping_; left -= std::chrono::milliseconds(50))
-                std::this_thread::sleep_for(std::chrono::milliseconds(50));
-            vms_.pause(vm->vm_id);
+            // done. It waits paused, without CPU, its kvmclock frozen (the guest does
+            // not see its wait as a jump of its monotonic clock: after a long one a
+            // guest warns of soft lockups and RCU stalls); the create that takes it
+            // resumes it and steps its wall clock (resync).
+            vms_.pause(vm->vm_id, /*freeze_clock=*/true);
         } catch (const std::exception& e) {
             log_line(fmt::format("template {}: a warm VM did not start: {}", t.name, e.what()));
             if (vm) {
