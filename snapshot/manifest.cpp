@@ -364,6 +364,19 @@ void check_parts_cached(const std::string& dir, const Manifest& manifest, const 
     if (changed) write_verified(dir, verified);
 }
 
+bool part_verified_cached(const std::string& dir, const Manifest& manifest, const std::string& name) noexcept {
+    try {
+        const ManifestPart* want = manifest.find(name);
+        if (!want) return false;
+        const VerifiedParts verified = read_verified(dir);
+        const auto it = verified.find(name);
+        return it != verified.end() && it->second.second == want->crc32c && it->second.first.bytes == want->bytes &&
+               it->second.first == identity_of(join(dir, name));
+    } catch (const std::exception&) {
+        return false;
+    }
+}
+
 void remove_manifest(const std::string& dir) {
     const std::string path = join(dir, kManifestFileName);
     if (::unlink(path.c_str()) != 0) {

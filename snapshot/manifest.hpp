@@ -119,6 +119,13 @@ inline constexpr const char* kVerifiedFileName = "parts.verified";
 /// resized or corrupt part, SysError.
 void check_parts_cached(const std::string& dir, const Manifest& manifest, const std::vector<std::string>& names);
 
+/// True if part `name` of `manifest` is recorded in `dir`/parts.verified as checked
+/// whole (its CRC-32C the manifest's) and the file still has the inode, size and
+/// mtime recorded there: what check_parts_cached would skip. Reads no part data
+/// (a stat and the small cache file); anything missing or unreadable is false.
+/// A file swapped in (another inode) or rewritten (another mtime) is not.
+bool part_verified_cached(const std::string& dir, const Manifest& manifest, const std::string& name) noexcept;
+
 /// True if `dir` holds a valid manifest (does not read the parts).
 bool is_durable(const std::string& dir);
 

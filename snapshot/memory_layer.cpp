@@ -427,7 +427,8 @@ LayerFile::LayerFile(LayerFile&& o) noexcept
       map_bytes_(std::exchange(o.map_bytes_, 0)),
       bitmap_(std::move(o.bitmap_)),
       rank_(std::move(o.rank_)),
-      crcs_(std::move(o.crcs_)) {}
+      crcs_(std::move(o.crcs_)),
+      whole_verified_(o.whole_verified_) {}
 
 LayerFile& LayerFile::operator=(LayerFile&& o) noexcept {
     if (this != &o) {
@@ -440,6 +441,7 @@ LayerFile& LayerFile::operator=(LayerFile&& o) noexcept {
         bitmap_ = std::move(o.bitmap_);
         rank_ = std::move(o.rank_);
         crcs_ = std::move(o.crcs_);
+        whole_verified_ = o.whole_verified_;
     }
     return *this;
 }
@@ -465,7 +467,7 @@ uint32_t LayerFile::stored_crc(uint64_t p) const noexcept {
 
 std::span<const uint8_t> LayerFile::page_verified(uint64_t p) const {
     const std::span<const uint8_t> data = page(p);
-    if (flat()) return data;
+    if (flat() || whole_verified_) return data;
     const uint64_t below = p % 64 ? std::popcount(bitmap_[p / 64] & ((1ULL << (p % 64)) - 1)) : 0;
     const uint32_t expected = crcs_[rank_[p / 64] + below];
     const uint32_t got = crc32c(data);

@@ -263,9 +263,10 @@ SnapshotSource open_source(const std::string& dir) {
 /// The file backend checks every layer of the chain whole before the VM runs, once
 /// per layer (against its own directory's manifest, cached in parts.verified; a
 /// layer there for no manifest is checked page by page on first touch only),
-/// naming a damaged page.
-void check_chain_parts(const LayerChain& chain) {
-    for (const LayerFile& layer : chain.layers()) {
+/// naming a damaged page. A layer found good is marked so (its pages are not
+/// checked again one by one).
+void check_chain_parts(LayerChain& chain) {
+    for (LayerFile& layer : chain.layers()) {
         const std::filesystem::path path(layer.path());
         const std::string dir = path.parent_path().string();
         if (path.filename() != kLayerFileName || !is_durable(dir)) continue;
@@ -278,7 +279,32 @@ void check_chain_parts(const LayerChain& chain) {
                 if (layer.has(p)) (void)layer.page_verified(p);
             throw;
         }
+        layer.mark_whole_verified();
     }
+}
+
+/// The uffd backend reads no layer whole (a restore touches a few MiB of it): a
+/// layer whose whole-file check is cached for this very file (parts.verified:
+/// same inode, size, mtime, and the manifest's CRC-32C; write_manifest records it
+/// when the snapshot is taken) is marked good, so its pages are served without
+/// their per-page CRC; any other layer (no manifest beside it, never checked
+/// whole, or a file swapped in or rewritten since) keeps the per-page check on
+/// first touch. Returns how many layers were marked.
+size_t mark_cached_layers(LayerChain& chain) {
+    size_t marked = 0;
+    for (LayerFile& layer : chain.layers()) {
+        const std::filesystem::path path(layer.path());
+        const std::string dir = path.parent_path().string();
+        if (path.filename() != kLayerFileName || !is_durable(dir)) continue;
+        try {
+            if (!part_verified_cached(dir, read_manifest(dir), kLayerFileName)) continue;
+        } catch (const std::exception&) {
+            continue;  // a manifest that does not read: per-page checks
+        }
+        layer.mark_whole_verified();
+        ++marked;
+    }
+    return marked;
 }
 
 /// Serves `memory` (fresh memfds) from `source`'s chain; uffd: with the prefetch.
@@ -296,6 +322,10 @@ std::unique_ptr<UffdServer> serve_snapshot(GuestMemory& memory, const std::strin
     }
     LayerChain chain = open_chain(source.layer);
     if (backend == MemoryBackend::file) check_chain_parts(chain);
+    else if (const size_t marked = mark_cached_layers(chain))
+        log_line(fmt::format("uffd restore: {} of {} layers found good whole before (parts.verified): their pages "
+                             "are served without a per-page CRC check",
+                             marked, chain.layers().size()));
     return serve_chain(memory, std::move(chain), sink, std::move(prefetch));
 }
 

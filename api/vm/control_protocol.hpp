@@ -7,6 +7,7 @@
 //       "memory_mib": 1024, "uptime_ms": 5123, ...}
 //   -> {"command": "pause"}
 //   <- {"ok": true, "state": "paused", "pause_us": 312}
+//   -> {"command": "pause", "freeze_clock": true}   (kvmclock set back at the resume)
 //   -> {"command": "bogus"}
 //   <- {"ok": false, "error": "unknown command \"bogus\" (commands: pause, resume, status, stop)"}
 //

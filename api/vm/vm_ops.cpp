@@ -67,7 +67,9 @@ json require_running(const VmPaths& paths) {
     return status;
 }
 
-json pause_vm(const VmPaths& paths) { return call(paths, "pause", nullptr, std::chrono::seconds(30)); }
+json pause_vm(const VmPaths& paths, bool freeze_clock) {
+    return call(paths, "pause", freeze_clock ? json{{"freeze_clock", true}} : json(nullptr), std::chrono::seconds(30));
+}
 
 json resume_vm(const VmPaths& paths) { return call(paths, "resume", nullptr, std::chrono::seconds(30)); }
 

@@ -54,8 +54,10 @@ nlohmann::json require_running(const VmPaths& paths);
 
 /// Pauses the vCPUs (memory and devices stay). Returns the VMM's answer {"state":
 /// "paused", "pause_us": microseconds}. ControlCommandError when it is booting or
-/// stopping; pausing a paused VM is not an error.
-nlohmann::json pause_vm(const VmPaths& paths);
+/// stopping; pausing a paused VM is not an error. `freeze_clock`: the guest's
+/// kvmclock is set back at the resume to its value at the pause (the guest's
+/// monotonic clock does not jump by the paused time; the daemon's warm VMs).
+nlohmann::json pause_vm(const VmPaths& paths, bool freeze_clock = false);
 
 /// Lets a paused VM's vCPUs run again. Returns {"state": "running", "resume_us"}.
 nlohmann::json resume_vm(const VmPaths& paths);

@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <condition_variable>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <filesystem>
 #include <mutex>
@@ -316,7 +317,7 @@ public:
 
     void install(ControlServer& server) {
         server.add_command("status", [this](const ControlRequest&) { return status(); });
-        server.add_command("pause", [this](const ControlRequest&) { return pause(); });
+        server.add_command("pause", [this](const ControlRequest& r) { return pause(flag(r.body, "freeze_clock")); });
         server.add_command("resume", [this](const ControlRequest&) { return resume(); });
         server.add_command("snapshot", [this](const ControlRequest& r) { return snapshot(r.body); });
         server.add_command("fork", [this](const ControlRequest& r) { return fork(r.body); });
@@ -336,15 +337,22 @@ private:
                     {"console_log", paths_.console_log()}};
     }
 
-    json pause() {
+    // {"freeze_clock": true}: the guest's kvmclock is read now and set back at the
+    // resume (KVM_GET_CLOCK / KVM_SET_CLOCK, as QEMU does across a stop), so the
+    // guest does not see the time it spent paused as a jump of its monotonic clock
+    // (its wall clock is stepped by the agent's resync). For a daemon's warm VM,
+    // paused ahead for an unknown time before a create takes it.
+    json pause(bool freeze_clock) {
         const VmState now = life_.state();
         if (now == VmState::paused) return json{{"state", "paused"}, {"pause_us", 0}};
         if (now != VmState::running)
             throw ControlCommandError(fmt::format("cannot pause: the VM is {}", to_string(now)));
         const auto t0 = Clock::now();
         machine_.pause();
+        if (freeze_clock) frozen_clock_ = machine_.vm().clock().clock;
         const int64_t us = micros_since(t0);
         if (!life_.transition(VmState::running, VmState::paused)) {
+            frozen_clock_.reset();
             machine_.resume();  // a stop came in meanwhile
             throw ControlCommandError(fmt::format("cannot pause: the VM is {}", to_string(life_.state())));
         }
@@ -357,6 +365,13 @@ private:
         if (now != VmState::paused)
             throw ControlCommandError(fmt::format("cannot resume: the VM is {}", to_string(now)));
         const auto t0 = Clock::now();
+        if (frozen_clock_) {
+            kvm_clock_data clock{};
+            clock.clock = *frozen_clock_;
+            clock.flags = 0;  // no KVM_CLOCK_REALTIME: continue from the pause instant
+            machine_.vm().set_clock(clock);
+            frozen_clock_.reset();
+        }
         machine_.resume();
         const int64_t us = micros_since(t0);
         life_.transition(VmState::paused, VmState::running);
@@ -591,6 +606,7 @@ private:
     Machine& machine_;
     const json config_;  // what a snapshot keeps of how this VM was made (restored_boot_options reads it)
     Lifecycle& life_;
+    std::optional<uint64_t> frozen_clock_;  ///< kvmclock at a pause with freeze_clock (control thread)
     std::mutex snapshot_mutex_;
     std::vector<std::unique_ptr<snapshot::PendingSnapshot>> pending_;  // not yet known durable
     snapshot::ForkImage fork_layer_;  // the last fork's frozen layer, for its children to open

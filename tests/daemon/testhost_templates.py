@@ -10,8 +10,10 @@ snapshot; everything deleted leaves no template or VM directory. TAP (numbered f
 1; the wrapper renumbers).
 Usage: testhost_templates.py NANOVM"""
 
+import json
 import os
 import re
+import socket
 import sys
 import tempfile
 import time
@@ -128,10 +130,23 @@ def run():
         before = set(os.listdir(vms))
         w1, _ = d.create(SHAPE, deadline_s=60)  # a restore; a warm VM is made behind it
         end = time.time() + 90
-        while time.time() < end and len(set(os.listdir(vms)) - before) < 2:
-            time.sleep(0.5)
-        time.sleep(1)  # its agent answered: recorded as warm
+        while time.time() < end and not re.search(r"warm VM [0-9a-f]+ ready \(paused", d.stderr()):
+            time.sleep(0.5)  # restored, its agent answered, paused: the daemon logs it ready
         made = set(os.listdir(vms)) - before
+        paused = re.search(r"warm VM ([0-9a-f]+) ready \(paused", d.stderr())
+        vm_state = ""
+        if paused:
+            ctl = os.path.join(vms, paused.group(1), "control.sock")
+            try:
+                c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                c.settimeout(10)
+                c.connect(ctl)
+                c.sendall(b'{"command": "status"}\n')
+                vm_state = json.loads(c.makefile().readline()).get("state", "")
+                c.close()
+            except (OSError, ValueError) as e:
+                vm_state = f"? ({e})"
+        ok(vm_state == "paused", f"--warm 1: the VM restored ahead waits paused (its VMM says {vm_state!r})")
         t0 = time.time()
         w2, _ = d.create(SHAPE, deadline_s=60)
         ms = (time.time() - t0) * 1000

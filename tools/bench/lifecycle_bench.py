@@ -96,10 +96,43 @@ class Bench:
         return (time.perf_counter() - t0) * 1000, answer
 
     def sandbox(self):
-        """A running sandbox from the template, deleted at the end of the round."""
+        """A running sandbox from the template, deleted at the end of the round. With
+        --warm, it waits (untimed) for a warm VM before and for the one restored behind
+        it after, so no background restore runs beside the op's timings."""
+        self.wait_warm()
         answer = self.must(201, "POST", "/v1/sandboxes", self.shape)
         self.made.append(answer["id"])
+        self.wait_warm()
         return answer["id"]
+
+    def daemon_log(self):
+        with open(os.path.join(self.state, "daemon.log"), errors="replace") as f:
+            return f.read()
+
+    def warm_ready(self):
+        """The warm VMs the daemon has ready now (its log: restored and paused, not taken or ended)."""
+        text = self.daemon_log()
+        ready = set(re.findall(r"warm VM ([0-9a-f]+) ready \(paused", text))
+        gone = set(re.findall(r"took warm VM ([0-9a-f]+)", text)) | set(re.findall(r"warm VM ([0-9a-f]+) ended", text))
+        return sorted(ready - gone)
+
+    def wait_warm(self, timeout_s=120):
+        """With --warm: until the daemon has a warm VM ready (untimed); else at once."""
+        if self.a.warm <= 0:
+            return
+        end = time.time() + timeout_s
+        while time.time() < end and not self.warm_ready():
+            time.sleep(0.05)
+
+    def create_line(self, sid):
+        """The daemon's line for the create of `sid`: its path and total ms, or (None, None)."""
+        for _ in range(20):
+            m = re.search(r"sandbox " + re.escape(sid) + r": created from template \S+ in ([0-9.]+) ms \(([^)]*)\): (.*)",
+                          self.daemon_log())
+            if m:
+                return m.group(2), float(m.group(1)), m.group(3)
+            time.sleep(0.05)
+        return None, None, ""
 
     def control_socket(self, sid):
         """The control socket of the sandbox's VMM (its vm_id from the daemon's store, read-only)."""
@@ -140,18 +173,43 @@ def op(name):
     return register
 
 
+def note_create(b, sid, prefix):
+    """Notes where a create's time went from the daemon's line: its path, the daemon's ms and their parts."""
+    path, daemon_ms, parts = b.create_line(sid)
+    b.notes.setdefault(prefix + "_paths", []).append(path or "?")
+    if daemon_ms is not None:
+        b.notes.setdefault(prefix + "_daemon_ms", []).append(daemon_ms)
+    for name, value in re.findall(r"([A-Za-z][A-Za-z ]*?) ([0-9.]+) ms", parts):
+        name = name.replace("no warm VM", "take").replace(" ", "_").lower()
+        b.notes.setdefault(f"{prefix}_daemon_{name}_ms", []).append(float(value))
+    if path == "took a warm VM":
+        # What the guest said on its console after the resume (a clock jump: soft
+        # lockup, RCU stall or clocksource lines, each slow on a serial console).
+        text = b.text(f"/v1/sandboxes/{sid}/logs/console?tail_bytes=4096")
+        b.notes.setdefault(prefix + "_console_warnings", []).append(
+            float(len(re.findall(r"soft lockup|rcu.*stall|clocksource|watchdog", text, re.I))))
+    if path and path.startswith("restored"):
+        # Where the VM start went, from the new VMM's log: its restore (the prefetch in
+        # it), the agent's first answer and the resync.
+        text = b.text(f"/v1/sandboxes/{sid}/logs/vmm?tail_bytes=8192")
+        for key, pattern in (("vmm_restore_ms", r"restored \S+ \(.*?\) in ([0-9.]+) ms"),
+                             ("agent_ready_ms", r"ready: the agent answered ([0-9.]+) ms"),
+                             ("resync_ms", r"hostname and vsock reset took ([0-9.]+) ms"),
+                             ("prefetch_end_ms", r"prefetch ended ([0-9.]+) ms after")):
+            m = re.search(pattern, text)
+            if m:
+                b.notes.setdefault(f"{prefix}_{key}", []).append(float(m.group(1)))
+        b.notes.setdefault(f"{prefix}_in_standby", []).append(1.0 if "standby made ahead" in text else 0.0)
+        b.notes.setdefault(f"{prefix}_layer_checked_whole", []).append(1.0 if "found good whole" in text else 0.0)
+    return path
+
+
 @op("create")
 def op_create(b):
+    b.wait_warm()  # with --warm: a create that finds its warm VM ready (the restore path is timed apart)
     ms, answer = b.timed("POST", "/v1/sandboxes", b.shape, want=201)
     b.made.append(answer["id"])
-    # Where the time went, from the new VMM's log: its restore, and the agent's resync.
-    text = b.text(f"/v1/sandboxes/{answer['id']}/logs/vmm?tail_bytes=8192")
-    for key, pattern in (("create_vmm_restore_ms", r"restored \S+ \(.*?\) in ([0-9.]+) ms"),
-                         ("create_agent_ready_ms", r"ready: the agent answered ([0-9.]+) ms")):
-        m = re.search(pattern, text)
-        if m:
-            b.notes.setdefault(key, []).append(float(m.group(1)))
-    b.notes.setdefault("create_in_standby", []).append(1.0 if "standby made ahead" in text else 0.0)
+    note_create(b, answer["id"], "create")
     return ms
 
 
@@ -234,6 +292,58 @@ def cold_boot(args):
     return ms
 
 
+def vm_memory(state, vm_id):
+    """RSS, PSS and PSS of shmem (the guest pages it owns: its memfds), anon and file
+    of the VMM of `vm_id`, MiB (/proc/PID/smaps_rollup; pid from its vm.json)."""
+    try:
+        with open(os.path.join(state, "vms", vm_id, "vm.json")) as f:
+            pid = json.load(f)["pid"]
+        fields = {}
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 2 and parts[0].endswith(":") and parts[1].isdigit():
+                    fields[parts[0][:-1]] = int(parts[1]) / 1024
+        return {k: round(fields.get(v, -1), 1) for k, v in (("rss", "Rss"), ("pss", "Pss"), ("pss_shmem", "Pss_Shmem"),
+                                                             ("pss_anon", "Pss_Anon"), ("pss_file", "Pss_File"))}
+    except (OSError, ValueError, KeyError) as e:
+        return {"error": str(e)}
+
+
+def start_daemon(a, state, warm):
+    log = open(os.path.join(state, "daemon.log"), "ab")
+    return subprocess.Popen([a.nanovm, "daemon", "--state-dir", state, "--standbys", str(a.standbys),
+                             "--warm", str(warm)], stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+
+
+def wait_health(b, daemon):
+    for _ in range(200):
+        if os.path.exists(b.sock):
+            try:
+                if b.call("GET", "/v1/health", timeout=5)[0] == 200:
+                    return
+            except OSError:
+                pass
+        if daemon.poll() is not None:
+            sys.exit(f"lifecycle bench: the daemon exited {daemon.returncode}")
+        time.sleep(0.1)
+
+
+def restore_phase(b, a, rounds):
+    """Creates that restore (no warm VM): the daemon started again over the same state
+    with --warm 0 (the template stays ready), one untimed create and delete to make
+    the pool's standby, then `rounds` creates, each deleted, 0.5 s apart."""
+    out = []
+    for r in range(rounds + 1):
+        time.sleep(0.5)  # the pool's standby is made again behind a create
+        ms, answer = b.timed("POST", "/v1/sandboxes", b.shape, want=201)
+        if r > 0:
+            out.append(ms)
+            note_create(b, answer["id"], "create_restore")
+        b.call("DELETE", f"/v1/sandboxes/{answer['id']}")
+    return out
+
+
 def quantile(v, q):
     v = sorted(v)
     return v[min(len(v) - 1, int(q * (len(v) - 1) + 0.5))] if v else -1
@@ -247,37 +357,35 @@ def main():
     ap.add_argument("--cpus", type=int, default=1)
     ap.add_argument("--memory", type=int, default=256)
     ap.add_argument("--standbys", type=int, default=1, help="the daemon's --standbys")
-    ap.add_argument("--warm", type=int, default=0, help="the daemon's --warm (VMs restored ahead of creates)")
+    ap.add_argument("--warm", type=int, default=1,
+                    help="the daemon's --warm (VMs restored ahead of creates and paused); the creates that restore "
+                         "are timed apart after the rounds, with --warm 0")
     ap.add_argument("--sleep-runs", type=int, default=3, help="sleep/wake and control pause/resume pairs a round")
     ap.add_argument("--archive-rounds", type=int, default=3, help="archive + unarchive rounds after the rounds (0: none)")
     a = ap.parse_args()
     scratch = os.environ.get("NANOVM_SCRATCH") or tempfile.mkdtemp(prefix="nanovm-lifecycle-")
     state = tempfile.mkdtemp(prefix="lc.", dir=scratch)  # short: the sockets' sun_path
     sock = os.path.join(state, "nanovmd.sock")
-    log = open(os.path.join(state, "daemon.log"), "wb")
-    daemon = subprocess.Popen([a.nanovm, "daemon", "--state-dir", state, "--standbys", str(a.standbys),
-                               "--warm", str(a.warm)],
-                              stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+    daemon = start_daemon(a, state, a.warm)
     samples = {name: [] for name in ("create", "sleep", "wake", "reboot", "delete", "cold_boot",
                                      "vmm_control_pause", "vmm_control_resume", "exec_running")}
     archive = {}
     errors = []
+    memory = {}
     b = Bench(a, sock, state)
     try:
-        for _ in range(200):
-            if os.path.exists(sock):
-                try:
-                    if b.call("GET", "/v1/health", timeout=5)[0] == 200:
-                        break
-                except OSError:
-                    pass
-            if daemon.poll() is not None:
-                sys.exit(f"lifecycle bench: the daemon exited {daemon.returncode}")
-            time.sleep(0.1)
+        wait_health(b, daemon)
         build_s = b.ready_template()
+        if a.warm > 0:
+            # What a paused warm VM costs: the one restored behind the template's first create.
+            b.wait_warm()
+            ready = b.warm_ready()
+            if ready:
+                memory = vm_memory(state, ready[0])
         for r in range(a.rounds):
             # The cold boot first or last, alternating, so neither side always follows the other.
             if r % 2 == 0:
+                b.wait_warm()  # no warm restore beside it
                 samples["cold_boot"].append(cold_boot(a))
             for name, fn in OPS:
                 try:
@@ -291,6 +399,7 @@ def main():
                 time.sleep(0.2)  # the pool's standby is made again behind a create
             b.end_round()
             if r % 2 == 1:
+                b.wait_warm()
                 samples["cold_boot"].append(cold_boot(a))
         if a.archive_rounds > 0:
             try:
@@ -299,6 +408,18 @@ def main():
             except (SystemExit, Exception) as e:
                 errors.append(f"archive: {e}")
                 print(f"lifecycle bench: archive rounds failed: {e}", flush=True)
+        if a.warm > 0:
+            # The cold-restore path (no warm VM), same run: the daemon again with --warm 0.
+            b.end_round()
+            daemon.terminate()
+            daemon.wait(60)
+            daemon = start_daemon(a, state, 0)
+            wait_health(b, daemon)
+            try:
+                samples["create_restore"] = restore_phase(b, a, a.rounds)
+            except (SystemExit, Exception) as e:
+                errors.append(f"restore phase: {e}")
+                print(f"lifecycle bench: the restore-path creates failed: {e}", flush=True)
     finally:
         try:
             b.end_round()
@@ -333,17 +454,38 @@ def main():
             print(f"{'API ' + name:<34}{archive[f'nanovm_api_{name}_ms']:>10.1f}"
                   f"{archive[f'nanovm_api_{name}_p99_ms']:>10.1f}{archive['archive_rounds']:>5}")
     out.update(archive)
+    if a.warm == 0 and samples["create"]:
+        samples["create_restore"] = samples["create"]
+        b.notes["create_restore_paths"] = b.notes.get("create_paths", [])
+    if samples.get("create_restore"):
+        v = samples["create_restore"]
+        out["nanovm_api_create_restore_ms"] = round(quantile(v, 0.5), 2)
+        out["nanovm_api_create_restore_p99_ms"] = round(quantile(v, 0.99), 2)
+    if memory:
+        out.update({f"warm_vm_{k}_mib": v for k, v in memory.items()})
+        print(f"a paused warm VM's VMM (smaps_rollup, MiB): {memory}")
     for key, v in b.notes.items():
-        if key == "create_in_standby":
-            out["create_in_standby_fraction"] = round(sum(v) / len(v), 2)
-            print(f"creates restored into a pre-made VMM: {sum(v):.0f} of {len(v)}")
+        if key.endswith("_in_standby") or key.endswith("_checked_whole"):
+            out[key + "_fraction"] = round(sum(v) / len(v), 2)
+            print(f"{key}: {sum(v):.0f} of {len(v)}")
+        elif key.endswith("_paths"):
+            counts = {p: v.count(p) for p in sorted(set(v))}
+            out[key] = counts
+            print(f"{key[:-6]}: the daemon's path per create: {counts}")
         else:
             out[key] = round(quantile(v, 0.5), 2)
             print(f"{'  ' + key + ' (vmm.log)':<34}{quantile(v, 0.5):>10.1f}{quantile(v, 0.99):>10.1f}")
     if out.get("nanovm_api_create_ms", 0) > 0:
         out["create_speedup_vs_cold_boot"] = round(out["nanovm_cold_boot_ms"] / out["nanovm_api_create_ms"], 1)
-        print(f"create from a ready template: {out['create_speedup_vs_cold_boot']}x faster than a cold boot "
-              f"(goal: >= 10x)")
+        paths = out.get("create_paths", {})
+        out["create_mode"] = "warm" if a.warm > 0 and paths.get("took a warm VM", 0) == sum(paths.values()) else \
+            "restore" if a.warm == 0 else "mixed"
+        print(f"create from a ready template ({out['create_mode']}: --warm {a.warm}, paths {paths}): "
+              f"{out['create_speedup_vs_cold_boot']}x faster than a cold boot (goal: >= 10x)")
+    if out.get("nanovm_api_create_restore_ms", 0) > 0:
+        out["create_restore_speedup_vs_cold_boot"] = round(out["nanovm_cold_boot_ms"] /
+                                                           out["nanovm_api_create_restore_ms"], 1)
+        print(f"create that restores (no warm VM): {out['create_restore_speedup_vs_cold_boot']}x faster than a cold boot")
     if samples["sleep"] and samples["vmm_control_pause"] and samples["exec_running"]:
         pause, resume = out["vmm_control_pause_ms"], out["vmm_control_resume_ms"]
         out["sleep_over_pause_ms"] = round(out["nanovm_api_sleep_ms"] - pause, 2)

@@ -57,6 +57,12 @@ bool is_uuid(std::string_view text) {
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
+double ms_between(Clock::time_point from, Clock::time_point to) {
+    return std::chrono::duration<double, std::milli>(to - from).count();
+}
+
 std::string lower(std::string_view text) {
     std::string out(text);
     for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -161,10 +167,11 @@ void SandboxManager::check_fits(int64_t n, int64_t want_memory) {
 }
 
 SandboxRecord SandboxManager::launch(SandboxRecord record, const std::string& restore_dir,
-                                     const std::vector<std::string>& standby_sockets) {
+                                     const std::vector<std::string>& standby_sockets, LaunchTiming* timing) {
     const auto s = slot(record.id);
     std::lock_guard op(s->op);
     VmDriver::Started started;
+    const auto t0 = Clock::now();
     try {
         started = vms_.start(static_cast<uint32_t>(record.cpus), static_cast<uint32_t>(record.memory_mb),
                              restore_dir.empty() ? pins_.path_of(record.image_digest) : std::string(), restore_dir,
@@ -173,20 +180,27 @@ SandboxRecord SandboxManager::launch(SandboxRecord record, const std::string& re
         store_.delete_sandbox(record.id);
         throw;
     }
+    const auto t1 = Clock::now();
     record.vm_id = started.vm_id;
     set_state(record, SandboxState::running);
     store::track_dir(store_, started.dir, "vm", record.id);
+    if (timing) {
+        timing->vm_ms = ms_between(t0, t1);
+        timing->store_ms = ms_between(t1, Clock::now());
+        timing->into_standby = started.from_standby;
+    }
     return record;
 }
 
 SandboxRecord SandboxManager::create(const CreateRequest& request) {
     if (!request.snapshot_id.empty()) return restore(request.snapshot_id, request);
+    const auto started = Clock::now();
     if (templates_ && !request.template_name.empty()) {
         const TemplateUse from = templates_->use(request.template_name);
         if ((request.cpus && *request.cpus != from.cpus) || (request.memory_mb && *request.memory_mb != from.memory_mb))
             throw ApiError("shape_mismatch", fmt::format("template {} is {} cpus, {} MiB: a create from it takes that shape",
                                                          from.name, from.cpus, from.memory_mb));
-        return create_from_template(from, request);
+        return create_from_template(from, request, started, ms_between(started, Clock::now()));
     }
     if (templates_) {
         (void)VmDriver::image_path(request.image);  // an unknown name stops here
@@ -195,7 +209,7 @@ SandboxRecord SandboxManager::create(const CreateRequest& request) {
             check_fits(1, request.memory_mb.value_or(1024));
         }
         const auto from = templates_->use_implicit(request.image, request.cpus.value_or(2), request.memory_mb.value_or(1024));
-        if (from) return create_from_template(*from, request);
+        if (from) return create_from_template(*from, request, started, ms_between(started, Clock::now()));
     }
     SandboxRecord r = new_record(request);
     r.image = request.image;
@@ -213,38 +227,78 @@ SandboxRecord SandboxManager::create(const CreateRequest& request) {
     return launch(std::move(r), "");
 }
 
-SandboxRecord SandboxManager::create_from_template(const TemplateUse& from, const CreateRequest& request) {
+SandboxRecord SandboxManager::create_from_template(const TemplateUse& from, const CreateRequest& request,
+                                                   Clock::time_point started, double use_ms) {
     CreateRequest shaped = request;
     shaped.cpus = from.cpus;
     shaped.memory_mb = from.memory_mb;
     SandboxRecord r = new_record(shaped);
     r.image = from.image;
     r.image_digest = from.image_digest;  // the image the template's snapshot runs over
-    reserve({r});
+    // A warm VM is taken before the caps are checked: taken, its memory is no longer
+    // the template manager's (held_memory_mb) but this sandbox's, counted once.
+    auto t = Clock::now();
+    const std::optional<VmDriver::Started> warm = templates_->take_warm(from.name);
+    const double take_ms = ms_between(t, Clock::now());
+    t = Clock::now();
+    try {
+        reserve({r});
+    } catch (...) {
+        if (warm) templates_->release_warm(*warm);
+        throw;
+    }
     templates_->made_sandbox(from.name, r.id);
-    if (const auto warm = templates_->take_warm(from.name)) {
-        // A VM restored from the template ahead (template_manager.hpp "Warm VMs").
-        // It was restored before this sandbox's id existed: its agent gives the guest
-        // the sandbox id as hostname now, as a launched sandbox gets it (and reseeds
-        // its RNG once more). A VM that cannot is stopped and the create restores.
+    const double record_ms = ms_between(t, Clock::now());
+    // One line per create: where its time went inside the daemon (the VMM's log has
+    // the restore and the agent's first answer; the client's time beyond the total
+    // is the HTTP server's).
+    const auto done = [&](const std::string& path, const std::string& parts) {
+        log_line(fmt::format("sandbox {}: created from template {} in {:.1f} ms ({}): template lookup {:.1f} ms, "
+                             "reserve and record {:.1f} ms, {}",
+                             r.id, from.name, ms_between(started, Clock::now()), path, use_ms, record_ms, parts));
+    };
+    if (warm) {
+        // A VM restored from the template ahead and paused (template_manager.hpp "Warm
+        // VMs"). It was restored before this sandbox's id existed: it is resumed, and
+        // its agent gives the guest the sandbox id as hostname, reseeds its RNG and
+        // steps its clock (paused since its restore) now, as a launched sandbox gets
+        // them. A VM that cannot is stopped and the create restores.
+        double resume_ms = 0;
         try {
+            t = Clock::now();
+            vms_.resume(warm->vm_id);
+            resume_ms = ms_between(t, Clock::now());
+            t = Clock::now();
             agent::AgentClient client = vms_.agent(warm->vm_id);
             agent::resync_guest(client, r.id);
         } catch (const std::exception& e) {
-            log_line(fmt::format("sandbox {}: warm VM {} of template {} refused its hostname ({}): restoring instead",
+            log_line(fmt::format("sandbox {}: warm VM {} of template {} did not resume or refused its hostname ({}): "
+                                 "restoring instead",
                                  r.id, warm->vm_id, from.name, e.what()));
-            vms_.stop(warm->vm_id);
+            templates_->release_warm(*warm);  // stopped, its directory released
             return launch(std::move(r), from.restore_dir, from.standby_sockets);
         }
+        const double resync_ms = ms_between(t, Clock::now());
+        t = Clock::now();
         const auto s = slot(r.id);
         std::lock_guard op(s->op);
         r.vm_id = warm->vm_id;
         set_state(r, SandboxState::running);
         store_.add_dir(warm->dir, "vm", r.id);  // its owner now (its references stay)
         log_line(fmt::format("sandbox {}: took warm VM {} of template {}", r.id, r.vm_id, from.name));
+        done("took a warm VM",
+             fmt::format("take {:.1f} ms, resume {:.1f} ms, resync {:.1f} ms, store {:.1f} ms", take_ms, resume_ms,
+                         resync_ms, ms_between(t, Clock::now())));
         return r;
     }
-    return launch(std::move(r), from.restore_dir, from.standby_sockets);
+    LaunchTiming timing;
+    SandboxRecord out = launch(std::move(r), from.restore_dir, from.standby_sockets, &timing);
+    r.id = out.id;
+    done(timing.into_standby ? "restored into a pre-made VMM" : "restored in a new VMM process",
+         fmt::format("no warm VM {:.1f} ms, VM start {:.1f} ms (the VMM's restore, the agent's first answer, the resync: "
+                     "its vmm.log), store {:.1f} ms",
+                     take_ms, timing.vm_ms, timing.store_ms));
+    return out;
 }
 
 SandboxRecord SandboxManager::get(const std::string& id) { return must_get(id); }

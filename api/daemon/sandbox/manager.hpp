@@ -347,10 +347,20 @@ private:
         return snap;
     }
     /// Starts a VMM for the record (in state creating) and records the outcome.
+    /// `timing`, if given: the VM start's and the records' milliseconds.
+    struct LaunchTiming {
+        double vm_ms = 0;     ///< VmDriver::start (process or standby, restore, agent, resync)
+        double store_ms = 0;  ///< recording it running and its directory
+        bool into_standby = false;
+    };
     store::SandboxRecord launch(store::SandboxRecord record, const std::string& restore_dir,
-                                const std::vector<std::string>& standby_sockets = {});
-    /// A create that restores a ready template.
-    store::SandboxRecord create_from_template(const TemplateUse& from, const CreateRequest& request);
+                                const std::vector<std::string>& standby_sockets = {}, LaunchTiming* timing = nullptr);
+    /// A create that restores a ready template (or takes its warm VM). `started`:
+    /// when the create call began, and the template lookup's ms, for its log line
+    /// ("sandbox ID: created from template NAME in N ms (...)": where a create's
+    /// time goes inside the daemon).
+    store::SandboxRecord create_from_template(const TemplateUse& from, const CreateRequest& request,
+                                              std::chrono::steady_clock::time_point started, double use_ms);
     /// The sandbox ready for an exec or file call (woken if sleeping); its VM id.
     std::string use(const std::string& id);
     agent::AgentClient agent_for(const std::string& id);

@@ -45,7 +45,7 @@ VmDriver::Started VmDriver::start(uint32_t cpus, uint32_t memory_mib, const std:
     spec.hostname = hostname;
     try {
         const vm::StartedVm vm = vm::start_vm(spec, /*attached=*/false, -1);
-        return Started{vm.paths.id, vm.paths.dir, vm.pid};
+        return Started{vm.paths.id, vm.paths.dir, vm.pid, vm.from_standby};
     } catch (const vm::StartError& e) {
         vm::remove_vm_dir(e.paths());  // nothing of it is recorded yet
         std::string message = e.what();
@@ -132,9 +132,9 @@ bool VmDriver::ended_in_reboot(const std::string& vm_id) const {
     return vm::vmm_end_reason(run_.vm(vm_id)).starts_with(fmt::format("VM {} ended: reboot", vm_id));
 }
 
-void VmDriver::pause(const std::string& vm_id) {
+void VmDriver::pause(const std::string& vm_id, bool freeze_clock) {
     try {
-        vm::pause_vm(paths(vm_id));
+        vm::pause_vm(paths(vm_id), freeze_clock);
     } catch (const std::exception& e) {
         throw_vm_error("pause", e);
     }

@@ -33,6 +33,7 @@ public:
         std::string vm_id;
         std::string dir;  ///< its VM directory
         pid_t pid = -1;
+        bool from_standby = false;  ///< a restore that went into a pre-made VMM
     };
 
     /// Boots a VM of `cpus` x `memory_mib` from root image `image` (a file), or with
@@ -76,7 +77,8 @@ public:
     /// vmm.log's last "VM ... ended: reboot" line).
     bool ended_in_reboot(const std::string& vm_id) const;
 
-    void pause(const std::string& vm_id);
+    /// `freeze_clock`: vm::pause_vm's (a warm VM's guest clock does not jump).
+    void pause(const std::string& vm_id, bool freeze_clock = false);
     void resume(const std::string& vm_id);
     /// Snapshots into `dir` (absolute, missing); returns whether it is durable.
     bool snapshot(const std::string& vm_id, const std::string& dir, bool wait_durable, bool leave_paused);

@@ -104,8 +104,18 @@ void TemplateManager::refill_warm(const TemplateRecord& t) {
             vm = vms_.start(static_cast<uint32_t>(t.cpus), static_cast<uint32_t>(t.memory_mb), "", t.restore_dir,
                             pool_.sockets(static_cast<uint32_t>(t.cpus), static_cast<uint32_t>(t.memory_mb)));
             store::track_dir(store_, vm->dir, "vm", "warm:" + t.name);
+            // Its agent answered (start returns then): its first-touch faults are
+            // done. It waits paused, without CPU, its kvmclock frozen (the guest does
+            // not see its wait as a jump of its monotonic clock: after a long one a
+            // guest warns of soft lockups and RCU stalls); the create that takes it
+            // resumes it and steps its wall clock (resync).
+            vms_.pause(vm->vm_id, /*freeze_clock=*/true);
         } catch (const std::exception& e) {
             log_line(fmt::format("template {}: a warm VM did not start: {}", t.name, e.what()));
+            if (vm) {
+                stop_warm(*vm);
+                vm.reset();
+            }
         }
         std::lock_guard lock(mutex_);
         --warming_;
@@ -116,6 +126,8 @@ void TemplateManager::refill_warm(const TemplateRecord& t) {
             return;
         }
         warm_[t.name].push_back(*vm);
+        log_line(fmt::format("template {}: warm VM {} ready (paused; {} warm)", t.name, vm->vm_id,
+                             warm_[t.name].size()));
     });
 }
 
@@ -134,6 +146,8 @@ std::optional<VmDriver::Started> TemplateManager::take_warm(const std::string& n
     }
     return std::nullopt;
 }
+
+void TemplateManager::release_warm(const VmDriver::Started& vm) { stop_warm(vm); }
 
 std::string TemplateManager::new_dir() const {
     unsigned char b[8];

@@ -26,10 +26,14 @@
 // released once the snapshot is taken.
 //
 // Warm VMs (--warm N, default 0): after a create restores a template, another VM is
-// restored from it in the background (up to N in all) and kept running; the next
-// create from that template takes it instead of restoring (its own VM: its own
-// hostname, RNG reseeded and clock set at its restore). Their memory counts like
-// the standbys'. A deleted template's warm VMs are stopped; so are all at exit.
+// restored from it in the background (up to N in all); once its agent has answered
+// (its first-touch faults are done) it is paused: it costs no CPU, and of memory
+// only the pages it touched (the uffd backend: its own memfd pages; the rest stays
+// the template layer's page cache) and its VMM. The next create from that template
+// takes it instead of restoring: resumed, then resynced (its own hostname, RNG
+// reseeded, clock stepped), as a launched sandbox is. Their guest memory counts
+// against --max-memory like the standbys'. A deleted template's warm VMs are
+// stopped; so are all at exit.
 //
 // Thread-safe. Builds run on their own threads; the destructor waits for them.
 #pragma once
@@ -138,10 +142,12 @@ public:
     std::optional<TemplateUse> use_implicit(const std::string& image, uint32_t cpus, uint32_t memory_mb);
     /// Records that sandbox `sandbox_id` was made from template `name`.
     void made_sandbox(const std::string& name, const std::string& sandbox_id);
-    /// A warm VM of template `name` (running, its agent answering), now the caller's
-    /// (its directory is recorded with owner "warm:<name>": re-own it); nullopt if
-    /// none is ready.
+    /// A warm VM of template `name` (paused after its agent answered), now the
+    /// caller's to resume and resync (its directory is recorded with owner
+    /// "warm:<name>": re-own it); nullopt if none is ready.
     std::optional<VmDriver::Started> take_warm(const std::string& name);
+    /// A taken warm VM the caller could not use: stopped, its directory released.
+    void release_warm(const VmDriver::Started& vm);
 
     /// Guest memory held by template work outside sandboxes (build VMs and pooled
     /// standbys), MiB: the sandbox manager counts it against --max-memory.

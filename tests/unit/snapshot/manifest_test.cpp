@@ -205,3 +205,33 @@ TEST_CASE("check_parts_cached reads a part once: again only when its file change
     write_text(dir.file(kVerifiedFileName), "vm.state garbage\n\x01\x02");
     CHECK_NOTHROW(check_parts_cached(dir.path(), m, {"vm.state"}));
 }
+
+TEST_CASE("part_verified_cached: only the very file checked whole, without reading it", "[snapshot][manifest]") {
+    test::TempDir dir("verified-cached");
+    write_text(dir.file("memory.layer"), std::string(8192, 'm'));
+    write_text(dir.file("vm.state"), "state");
+    const Manifest m = write_manifest(dir.path(), {"vm.state", "memory.layer"});
+    CHECK(part_verified_cached(dir.path(), m, "memory.layer"));
+    CHECK_FALSE(part_verified_cached(dir.path(), m, "other"));  // not listed
+
+    // Rewritten in place (the mtime moves): no longer vouched for.
+    const auto mtime = std::filesystem::last_write_time(dir.file("memory.layer"));
+    std::filesystem::last_write_time(dir.file("memory.layer"), mtime + std::chrono::seconds(1));
+    CHECK_FALSE(part_verified_cached(dir.path(), m, "memory.layer"));
+    std::filesystem::last_write_time(dir.file("memory.layer"), mtime);
+    CHECK(part_verified_cached(dir.path(), m, "memory.layer"));
+
+    // Another file swapped in under the name (another inode, same bytes and mtime): not either.
+    write_text(dir.file("swap"), std::string(8192, 'm'));
+    std::filesystem::last_write_time(dir.file("swap"), mtime);
+    std::filesystem::rename(dir.file("swap"), dir.file("memory.layer"));
+    CHECK_FALSE(part_verified_cached(dir.path(), m, "memory.layer"));
+
+    // No cache, or a damaged one: false, never a throw.
+    check_parts_cached(dir.path(), m, {"memory.layer"});  // reads the new file: same bytes, recorded
+    CHECK(part_verified_cached(dir.path(), m, "memory.layer"));
+    write_text(dir.file(kVerifiedFileName), "memory.layer garbage\n");
+    CHECK_FALSE(part_verified_cached(dir.path(), m, "memory.layer"));
+    std::filesystem::remove(dir.file(kVerifiedFileName));
+    CHECK_FALSE(part_verified_cached(dir.path(), m, "memory.layer"));
+}

@@ -140,6 +140,18 @@ TEST_CASE("damaged layer files are refused naming the file and the part", "[snap
                           base + ": page 500 (of the RAM layout) checksum mismatch (corrupt page data)");
         CHECK_THROWS_AS(flatten_chain(chain, dir.file("x.flat"), "base.layer"), SnapshotError);
     }
+    SECTION("a layer marked good whole skips the per-page check (the whole-file CRC vouched for it)") {
+        flip_byte(base, kLayerDataOffset + 500 * kPageSize + 77);
+        LayerChain chain = LayerChain::open(base);
+        LayerFile& layer = chain.layers().front();
+        CHECK_FALSE(layer.whole_verified());
+        CHECK_THROWS_AS(layer.page_verified(500), SnapshotError);
+        layer.mark_whole_verified();
+        CHECK(layer.whole_verified());
+        CHECK(layer.page_verified(500).data() == layer.page(500).data());
+        LayerFile moved = std::move(layer);  // the mark goes with the file
+        CHECK(moved.whole_verified());
+    }
     SECTION("a flipped bitmap byte") {
         const LayerFile f = LayerFile::open(base);
         const uint64_t at = f.header().bitmap_offset;
