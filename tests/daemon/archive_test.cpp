@@ -339,6 +339,23 @@ TEST_CASE("sandbox archive: a snapshot over another directory's chains packs sel
     CHECK(block(1) == page_of(0));
     CHECK(fs::status(out + "/disk1.raw").type() == fs::file_type::regular);
 
+    // Durability::deferred writes the same files and a complete manifest (the
+    // daemon restores from it at once), then make_durable fsyncs them.
+    const std::string later = tmp.file("unpacked-deferred");
+    auto r6 = store.get("sb.nva");
+    UnpackStats deferred_stats;
+    (void)unpack_archive(*r6, later, "/state/images/abc", nullptr, "sb.nva", &deferred_stats, Durability::deferred);
+    const snapshot::Manifest deferred_manifest = snapshot::read_manifest(later);
+    REQUIRE(deferred_manifest.parts.size() == manifest.parts.size());
+    for (size_t i = 0; i < manifest.parts.size(); ++i) {
+        CHECK(deferred_manifest.parts[i].name == manifest.parts[i].name);
+        CHECK(deferred_manifest.parts[i].bytes == manifest.parts[i].bytes);
+        CHECK(deferred_manifest.parts[i].crc32c == manifest.parts[i].crc32c);
+    }
+    snapshot::check_parts(later, deferred_manifest, snapshot::PartCheck::full);
+    CHECK(make_durable(later) >= 0);
+    CHECK_THROWS_AS(make_durable(tmp.file("no-such-dir")), SysError);
+
     // Unpacking twice into the same directory is refused; a truncated copy fails cleanly.
     auto r3 = store.get("sb.nva");
     CHECK_THROWS_WITH(unpack_archive(*r3, out, "/x", nullptr), Catch::Contains("is not empty"));

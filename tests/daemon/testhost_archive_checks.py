@@ -129,7 +129,12 @@ def run():
         ok(running, f"the background process runs on ({seen})")
         after = sh(sid, "hostname").strip()
         ok(after == host, f"the same hostname ({after})")
-        ok(blobs(state) == [], "the archive is removed once it runs", blobs(state))
+        # The archive goes once the unpacked files are durable, after the answer.
+        deadline = time.time() + 300
+        while blobs(state) and time.time() < deadline:
+            time.sleep(0.1)
+        ok(blobs(state) == [], "the archive is removed once its unpacked files are durable", blobs(state))
+        ok("its unarchived files are durable" in d.stderr(), "the daemon says they are")
 
         # Archive, then the daemon and every VMM stopped (a host reboot), start, unarchive.
         other, _ = d.create(SHAPE)

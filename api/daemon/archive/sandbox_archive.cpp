@@ -275,7 +275,8 @@ std::string snapshot_root_image(const std::string& dir) {
 json archive_info(BlobReader& in, const std::string& name) { return ArchiveReader(in, name).meta().info; }
 
 json unpack_archive(BlobReader& in, const std::string& dir, const std::string& root_image, const ProgressFn& progress,
-                    const std::string& name, UnpackStats* stats) {
+                    const std::string& name, UnpackStats* stats, Durability durability) {
+    const bool sync = durability == Durability::durable;
     const auto t0 = std::chrono::steady_clock::now();
     UnpackStats local;
     UnpackStats& st = stats ? *stats : local;
@@ -322,6 +323,7 @@ json unpack_archive(BlobReader& in, const std::string& dir, const std::string& r
 
     std::vector<uint8_t> state(static_cast<size_t>(state_bytes));
     snapshot::LayerBuilder memory(dir + "/" + snapshot::kLayerFileName, ram_bytes, std::nullopt, true);
+    if (!sync) memory.skip_sync();
     ArchiveRun run;
     uint64_t last = 0;
     std::vector<uint32_t> crcs;  // the CRC run just read: pages [crcs_first, +crcs.size())
@@ -374,8 +376,13 @@ json unpack_archive(BlobReader& in, const std::string& dir, const std::string& r
     }
     const auto sync_start = std::chrono::steady_clock::now();
     memory.finish();
-    for (auto& [image, disk] : disks)
-        if (::fsync(disk.second.get()) != 0) throw_errno(fmt::format("fsync {}/disk{}.raw", dir, disk.first));
+    st.layer_ms = ms_since(sync_start);
+    const auto disk_sync_start = std::chrono::steady_clock::now();
+    if (sync)
+        for (auto& [image, disk] : disks)
+            if (::fsync(disk.second.get()) != 0) throw_errno(fmt::format("fsync {}/disk{}.raw", dir, disk.first));
+    st.disk_sync_ms = ms_since(disk_sync_start);
+    const auto manifest_start = std::chrono::steady_clock::now();
 
     // vm.state over the unpacked files: each archived disk's frozen file is its raw
     // file; the root image is the one the caller pinned.
@@ -404,12 +411,29 @@ json unpack_archive(BlobReader& in, const std::string& dir, const std::string& r
     } catch (const json::exception& e) {
         throw bad(fmt::format("vm.state: devices: {}", e.what()));
     }
-    snapshot::write_file_atomic(dir + "/" + snapshot::kStateFileName, snapshot::encode_vm_state(decoded));
-    snapshot::write_manifest(dir, parts, /*sync=*/true);
+    snapshot::write_file_atomic(dir + "/" + snapshot::kStateFileName, snapshot::encode_vm_state(decoded), sync);
+    snapshot::write_manifest(dir, parts, sync);
+    st.manifest_ms = ms_since(manifest_start);
     st.sync_ms = ms_since(sync_start);
     st.ms = ms_since(t0);
     if (progress) progress(in.size(), in.size());
     return meta.info;
+}
+
+double make_durable(const std::string& dir) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::error_code ec;
+    for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+        if (!e.is_regular_file(ec)) continue;
+        const std::string path = e.path().string();
+        Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+        if (!fd) throw_errno("open " + path);
+        if (::fsync(fd.get()) != 0) throw_errno("fsync " + path);
+    }
+    if (ec) throw SysError("list " + dir, ec.value());
+    sync_dir(dir);
+    sync_dir(fs::path(dir).parent_path().string());
+    return ms_since(t0);
 }
 
 }  // namespace nanovm::daemon::archive
