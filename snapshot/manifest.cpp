@@ -310,15 +310,16 @@ void write_verified(const std::string& dir, const VerifiedParts& parts) noexcept
 }  // namespace
 
 Manifest write_manifest(const std::string& dir, const std::vector<std::string>& names, bool sync,
-                        const std::vector<ChainLayer>& chain, const std::vector<ManifestPart>& described) {
+                        const std::vector<ChainLayer>& chain, const std::vector<DescribedPart>& described) {
     Manifest manifest;
     manifest.chain = chain;
-    std::vector<std::string> read;  // the parts described by reading them: verified
+    std::vector<std::string> read;  // the parts described from their bytes: verified
     for (const std::string& name : names) {
         const auto given = std::find_if(described.begin(), described.end(),
-                                        [&](const ManifestPart& p) { return p.name == name; });
+                                        [&](const DescribedPart& p) { return p.part.name == name; });
         if (given != described.end()) {
-            manifest.parts.push_back(*given);
+            manifest.parts.push_back(given->part);
+            if (given->from_bytes) read.push_back(name);
         } else {
             manifest.parts.push_back(describe_part(dir, name));
             read.push_back(name);

@@ -187,6 +187,20 @@ def run():
                 ok(u.status == 200 and sh(sid, "cat /work/keep.txt") == "kept across archives\n",
                    "and it unarchives", u)
 
+        # kill -9 right after an unarchive answered, before (or while) its unpacked files
+        # are made durable in the background: the restart finishes that (its VMM runs
+        # on): running, its archive removed; never archived and running both.
+        if state_of(sid) != "archived":
+            d.post(f"/v1/sandboxes/{sid}/archive", {}, timeout=600)
+        u = d.post(f"/v1/sandboxes/{sid}/unarchive", {}, timeout=600)
+        d.stop(sig=signal.SIGKILL)
+        d = Daemon(nanovm, state_dir=state).start()
+        st, vmms, left = state_of(sid), live_vmms(state), blobs(state)
+        ok(u.status == 200 and st == "running" and len(vmms) == 1 and left == [] and
+           sh(sid, "cat /work/keep.txt") == "kept across archives\n",
+           f"kill -9 just after an unarchive answered, restart: {st}, {len(vmms)} VMM(s), {len(left)} blob(s)",
+           d.stderr()[-1500:])
+
         dl = d.request("DELETE", f"/v1/sandboxes/{sid}", timeout=120)
         ok(dl.status == 204 and blobs(state) == [] and live_vmms(state) == [],
            "delete: no blob, no VMM left", (dl, blobs(state)))

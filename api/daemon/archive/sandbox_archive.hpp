@@ -70,10 +70,13 @@ struct UnpackStats {
 /// Whether unpack_archive waits for its files to reach the disk.
 enum class Durability {
     durable,  ///< every part fsync'd, the manifest and directory too: a durable snapshot
-    /// The same files and manifest (complete and restorable: a VMM restores from them at
-    /// once) left in the page cache, their writeback started; make_durable(dir) later
-    /// makes them what `durable` gives. For a caller whose restored VM needs them only
-    /// while the host runs and that keeps another durable copy (the archive) until then.
+    /// The same files (restorable: a VMM restores from them at once) left in the page
+    /// cache, their writeback started, and a manifest that lists vm.state and the
+    /// memory layer only (the raw disks' CRC-32C, which only a second restore of the
+    /// directory would check, is not computed); make_durable(dir) later puts them on
+    /// disk. For a caller that restores the directory once, whose VM needs the files
+    /// only while the host runs, and that keeps another durable copy (the archive)
+    /// until make_durable returned.
     deferred,
 };
 

@@ -14,7 +14,8 @@
 //   1. the sandbox in state unarchiving (the caps are checked first)
 //   2. unpack_archive into <state>/unarchived/<id>-<ms>, over the pinned root image
 //      the archive names, its files left in the page cache (Durability::deferred:
-//      the syncs were 6.3 of an unarchive's 16.3 s in the test host)
+//      a running VM needs no fsync of them; in the test host the fsyncs proper were
+//      small by the end, the writeback started as each run was written)
 //   3. a VMM restored from it; the sandbox running with the new vm_id (one write);
 //      the answer
 //   4. in the background (settle_unarchived, under the lock; archive, snapshot and
