@@ -114,4 +114,14 @@ uint32_t crc32c_zeros(uint32_t crc, uint64_t zeros) noexcept {
     return ~multmodp(x2nmodp(zeros, 3), ~crc);
 }
 
+uint32_t crc32c_combine_op(uint64_t len_b) noexcept { return x2nmodp(len_b, 3); }
+
+uint32_t crc32c_combine_with(uint32_t op, uint32_t crc_a, uint32_t crc_b) noexcept {
+    return multmodp(op, crc_a) ^ crc_b;
+}
+
+uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) noexcept {
+    return crc32c_combine_with(crc32c_combine_op(len_b), crc_a, crc_b);
+}
+
 }  // namespace nanovm::snapshot

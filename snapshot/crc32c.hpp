@@ -19,6 +19,17 @@ uint32_t crc32c(std::span<const uint8_t> bytes, uint32_t crc = 0) noexcept;
 /// Source: zlib crc32.c (multmodp, x2nmodp: multiplication by x^(8n) modulo the polynomial).
 uint32_t crc32c_zeros(uint32_t crc, uint64_t zeros) noexcept;
 
+/// The CRC-32C of a + b from crc32c(a) and crc32c(b) of b's `len_b` bytes, without
+/// the bytes: crc32c_combine(crc32c(a), crc32c(b), b.size()) == crc32c(a + b). Costs
+/// O(log len_b); for many blocks of one length take its operator once
+/// (crc32c_combine_op) and use crc32c_combine_with, one multiplication a block.
+/// Source: zlib crc32.c crc32_combine64 (the same pre- and post-inversion).
+uint32_t crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) noexcept;
+/// The operator of crc32c_combine for blocks of `len_b` bytes (x^(8 len_b) mod P).
+uint32_t crc32c_combine_op(uint64_t len_b) noexcept;
+/// crc32c_combine with the operator of b's length (crc32c_combine_op).
+uint32_t crc32c_combine_with(uint32_t op, uint32_t crc_a, uint32_t crc_b) noexcept;
+
 /// crc32c over the bytes of a trivially copyable object.
 template <typename T>
 uint32_t crc32c_of(const T& value, uint32_t crc = 0) noexcept {

@@ -310,10 +310,21 @@ void write_verified(const std::string& dir, const VerifiedParts& parts) noexcept
 }  // namespace
 
 Manifest write_manifest(const std::string& dir, const std::vector<std::string>& names, bool sync,
-                        const std::vector<ChainLayer>& chain) {
+                        const std::vector<ChainLayer>& chain, const std::vector<DescribedPart>& described) {
     Manifest manifest;
     manifest.chain = chain;
-    for (const std::string& name : names) manifest.parts.push_back(describe_part(dir, name));
+    std::vector<std::string> read;  // the parts described from their bytes: verified
+    for (const std::string& name : names) {
+        const auto given = std::find_if(described.begin(), described.end(),
+                                        [&](const DescribedPart& p) { return p.part.name == name; });
+        if (given != described.end()) {
+            manifest.parts.push_back(given->part);
+            if (given->from_bytes) read.push_back(name);
+        } else {
+            manifest.parts.push_back(describe_part(dir, name));
+            read.push_back(name);
+        }
+    }
     const std::string text = encode_manifest(manifest);
     const std::string path = join(dir, kManifestFileName), tmp = path + ".tmp";
     {
@@ -328,6 +339,7 @@ Manifest write_manifest(const std::string& dir, const std::vector<std::string>& 
     // Every part was just read to describe it: that is a verification.
     VerifiedParts verified;
     for (const ManifestPart& part : manifest.parts) {
+        if (std::find(read.begin(), read.end(), part.name) == read.end()) continue;
         try {
             verified[part.name] = {identity_of(join(dir, part.name)), part.crc32c};
         } catch (const std::exception&) {

@@ -81,9 +81,20 @@ ManifestPart describe_part(const std::string& dir, const std::string& name);
 /// fsync dir; without `sync` the same steps minus both fsyncs: complete, not
 /// durable). For a durable manifest the parts must already be fsync'd. Honours the test stall points
 /// "manifest-tmp" (tmp written and fsync'd, not yet renamed). Returns what it wrote.
-/// `chain`: the manifest's chain lines (see the format).
+/// A part whose size and CRC-32C the writer knows without reading the file.
+struct DescribedPart {
+    ManifestPart part;
+    /// The CRC was computed over the very bytes written to the file (as good as
+    /// reading them back): recorded in parts.verified. False for one derived
+    /// otherwise (LayerBuilder::file_crc32c, from the pages' given CRCs): checked
+    /// in full by the first check_parts_cached.
+    bool from_bytes = false;
+};
+
+/// `chain`: the manifest's chain lines (see the format). `described`: parts among
+/// `names` taken as given instead of read.
 Manifest write_manifest(const std::string& dir, const std::vector<std::string>& names, bool sync = true,
-                        const std::vector<ChainLayer>& chain = {});
+                        const std::vector<ChainLayer>& chain = {}, const std::vector<DescribedPart>& described = {});
 
 /// Removes `dir`/manifest if present and fsyncs `dir`, so that a snapshot being
 /// rewritten is never taken for the old one. Throws SysError.

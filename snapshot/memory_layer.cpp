@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cerrno>
 #include <cstddef>
 #include <cstring>
 #include <filesystem>
@@ -296,11 +297,9 @@ void LayerBuilder::start_writeback(uint64_t first, uint64_t count) noexcept {
                       static_cast<off_t>(count * kPageSize), SYNC_FILE_RANGE_WRITE);
 }
 
-LayerWriteResult LayerBuilder::finish() {
-    LayerHeader& h = header_;
-    PageBitmap present((total_ + 63) / 64, 0);
-    std::vector<uint32_t> crcs;
-    LayerWriteResult result;
+void LayerBuilder::tables(PageBitmap& present, std::vector<uint32_t>& crcs, LayerWriteResult& result) const {
+    present.assign((total_ + 63) / 64, 0);
+    crcs.clear();
     const uint32_t zero_crc = [] {
         std::vector<uint8_t> zero(kPageSize, 0);
         return crc32c(zero);
@@ -313,6 +312,52 @@ LayerWriteResult LayerBuilder::finish() {
         if (kind == 2) ++result.data_pages;
         crcs.push_back(kind == 2 ? crc_[p] : zero_crc);
     }
+}
+
+uint32_t LayerBuilder::file_crc32c() const {
+    if (!finished_) throw Error(fmt::format("{}: file_crc32c before finish", path_));
+    const LayerHeader& h = header_;
+    std::vector<uint8_t> head(static_cast<size_t>(h.data_offset));
+    for (size_t at = 0; at < head.size();) {
+        const ssize_t n = ::pread(fd_.get(), head.data() + at, head.size() - at, static_cast<off_t>(at));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) throw_errno("pread " + path_);
+        if (n == 0) throw Error(fmt::format("{}: ends inside its header", path_));
+        at += static_cast<size_t>(n);
+    }
+    uint32_t crc = crc32c(head);
+    const uint32_t page_op = crc32c_combine_op(kPageSize);
+    uint64_t zeros = 0;  // zero bytes pending (holes: absent or zero pages)
+    for (uint64_t p = 0; p < total_; ++p) {
+        if (kind_[p].load(std::memory_order_acquire) != 2) {
+            zeros += kPageSize;
+            continue;
+        }
+        crc = crc32c_zeros(crc, zeros);
+        zeros = 0;
+        crc = crc32c_combine_with(page_op, crc, crc_[p]);
+    }
+    crc = crc32c_zeros(crc, zeros);
+    PageBitmap present;
+    std::vector<uint32_t> crcs;
+    LayerWriteResult unused;
+    tables(present, crcs, unused);
+    crc = crc32c({reinterpret_cast<const uint8_t*>(present.data()), h.bitmap_bytes}, crc);
+    crc = crc32c({reinterpret_cast<const uint8_t*>(crcs.data()), h.crc_table_bytes}, crc);
+    struct stat st {};
+    if (::fstat(fd_.get(), &st) != 0) throw_errno("fstat " + path_);
+    const uint64_t end = h.crc_table_offset + h.crc_table_bytes;
+    if (static_cast<uint64_t>(st.st_size) != end)
+        throw Error(fmt::format("{}: {} bytes, its tables end at {}", path_, st.st_size, end));
+    return crc;
+}
+
+LayerWriteResult LayerBuilder::finish() {
+    LayerHeader& h = header_;
+    PageBitmap present;
+    std::vector<uint32_t> crcs;
+    LayerWriteResult result;
+    tables(present, crcs, result);
     h.present_pages = result.present_pages;
     h.bitmap_offset = h.data_offset + total_ * kPageSize;
     h.bitmap_bytes = present.size() * 8;
@@ -325,6 +370,7 @@ LayerWriteResult LayerBuilder::finish() {
     write_header(fd_.get(), h, path_);
     if (sync_ && ::fdatasync(fd_.get()) != 0) throw_errno("fdatasync " + path_);
     result.checksum = h.header_crc;
+    finished_ = true;
     return result;
 }
 

@@ -154,6 +154,14 @@ public:
     /// Writes bitmap, CRC table and header; fdatasync (unless skip_sync()). Call
     /// once, after every put.
     LayerWriteResult finish();
+    /// After finish(): the CRC-32C of the whole file (the manifest's part checksum)
+    /// from the header, the pages' own CRCs and the tables, without reading the
+    /// pages (combined: crc32c_combine), so a writer of much RAM need not read it
+    /// all back to describe it (write_manifest's `described`). A page put with a
+    /// wrong CRC (put_with_crcs) makes it differ from the file's real one, which a
+    /// full check of the part then reports. Throws SysError (pread, fstat), Error
+    /// (called before finish()).
+    uint32_t file_crc32c() const;
     /// True if page `page` was put (zero or data).
     bool has(uint64_t page) const noexcept;
     /// finish() leaves the file in the page cache (a fork base: never needed after
@@ -163,6 +171,9 @@ public:
 
 private:
     void store(uint64_t first, uint64_t count, const uint8_t* host, const uint32_t* crcs);
+    /// The present-page bitmap and the CRC table finish() writes.
+    void tables(PageBitmap& present, std::vector<uint32_t>& crcs, LayerWriteResult& result) const;
+    bool finished_ = false;
     std::string path_;
     Fd fd_;
     LayerHeader header_{};

@@ -339,6 +339,33 @@ TEST_CASE("sandbox archive: a snapshot over another directory's chains packs sel
     CHECK(block(1) == page_of(0));
     CHECK(fs::status(out + "/disk1.raw").type() == fs::file_type::regular);
 
+    // The parts' CRCs given to the manifest (the layer's combined from its pages',
+    // the disk's from its runs) are the files' own.
+    CHECK(manifest.parts.size() == 3);
+    CHECK(manifest.find("disk1.raw") != nullptr);
+
+    // Durability::deferred writes the same files and a manifest of vm.state and the
+    // memory layer (the daemon restores from it at once), then make_durable fsyncs them.
+    const std::string later = tmp.file("unpacked-deferred");
+    auto r6 = store.get("sb.nva");
+    UnpackStats deferred_stats;
+    (void)unpack_archive(*r6, later, "/state/images/abc", nullptr, "sb.nva", &deferred_stats, Durability::deferred);
+    const snapshot::Manifest deferred_manifest = snapshot::read_manifest(later);
+    REQUIRE(deferred_manifest.parts.size() == 2);
+    for (const snapshot::ManifestPart& part : deferred_manifest.parts) {
+        INFO(part.name);
+        REQUIRE(manifest.find(part.name) != nullptr);
+        CHECK(part == *manifest.find(part.name));
+    }
+    CHECK(deferred_manifest.find("disk1.raw") == nullptr);
+    snapshot::check_parts(later, deferred_manifest, snapshot::PartCheck::full);
+    for (const char* file : {"disk1.raw", "memory.layer", "vm.state"}) {
+        INFO(file);
+        CHECK(snapshot::describe_part(later, file) == snapshot::describe_part(out, file));
+    }
+    CHECK(make_durable(later) >= 0);
+    CHECK_THROWS_AS(make_durable(tmp.file("no-such-dir")), SysError);
+
     // Unpacking twice into the same directory is refused; a truncated copy fails cleanly.
     auto r3 = store.get("sb.nva");
     CHECK_THROWS_WITH(unpack_archive(*r3, out, "/x", nullptr), Catch::Contains("is not empty"));

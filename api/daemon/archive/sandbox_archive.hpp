@@ -58,10 +58,26 @@ nlohmann::json archive_info(BlobReader& in, const std::string& name = "archive")
 /// Where unpack_archive's time went (wall ms, steady clock), for the daemon's log
 /// and tools/bench: reading and decompressing the blob, writing RAM pages into the
 /// memory layer (zero check, CRC-32C, pwrite), writing disk runs, and the syncs
-/// (the memory layer's finish, the disks' fsync, vm.state and the manifest).
+/// (sync_ms: all of the end's work, of which layer_ms the memory layer's finish,
+/// disk_sync_ms the disks' fsync and manifest_ms vm.state and the manifest, whose
+/// writing reads every part for its CRC-32C).
 struct UnpackStats {
     uint64_t raw_bytes = 0;  ///< payload bytes read back
     double ms = 0, read_ms = 0, ram_ms = 0, disk_ms = 0, sync_ms = 0;
+    double layer_ms = 0, disk_sync_ms = 0, manifest_ms = 0;
+};
+
+/// Whether unpack_archive waits for its files to reach the disk.
+enum class Durability {
+    durable,  ///< every part fsync'd, the manifest and directory too: a durable snapshot
+    /// The same files (restorable: a VMM restores from them at once) left in the page
+    /// cache, their writeback started, and a manifest that lists vm.state and the
+    /// memory layer only (the raw disks' CRC-32C, which only a second restore of the
+    /// directory would check, is not computed); make_durable(dir) later puts them on
+    /// disk. For a caller that restores the directory once, whose VM needs the files
+    /// only while the host runs, and that keeps another durable copy (the archive)
+    /// until make_durable returned.
+    deferred,
 };
 
 /// Unpacks `in` into the snapshot directory `dir` (created; must not exist or be
@@ -72,6 +88,11 @@ struct UnpackStats {
 /// receives the phases' times.
 nlohmann::json unpack_archive(BlobReader& in, const std::string& dir, const std::string& root_image,
                               const ProgressFn& progress, const std::string& name = "archive",
-                              UnpackStats* stats = nullptr);
+                              UnpackStats* stats = nullptr, Durability durability = Durability::durable);
+
+/// Makes the snapshot directory `dir` an unpack_archive with Durability::deferred
+/// wrote durable: fsync of every regular file in it, then of `dir` and its parent
+/// (the entry naming it). Returns the wall ms it took. Throws SysError naming the file.
+double make_durable(const std::string& dir);
 
 }  // namespace nanovm::daemon::archive

@@ -347,6 +347,9 @@ void SandboxManager::remove(const std::string& id) {
         }
         store_.delete_sandbox(r.id);
         if (!r.vm_id.empty()) release(vms_.paths(r.vm_id).dir);
+        // An unarchive's files not settled yet (settle_unarchived): they go with it.
+        for (const store::DirRecord& d : store_.dirs())
+            if (d.kind == "unarchive" && d.owner == r.id && !d.released) release(d.path);
         if (const auto a = store_.archive(r.id)) {
             try {
                 blobs_.remove(a->blob);

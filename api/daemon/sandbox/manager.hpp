@@ -399,6 +399,16 @@ private:
     void pack_into(const store::SandboxRecord& r, store::ArchiveRecord& a, const std::string& work);
     /// The archive is committed: stops the VMM and records the sandbox archived.
     void finish_archive(store::SandboxRecord r);
+    /// A sandbox unarchived from files not durable yet (Durability::deferred, its
+    /// archive kept meanwhile): makes its unpack directories durable, releases them
+    /// and removes the archive. A no-op for any other sandbox. With the slot's lock
+    /// held: every call whose result depends on those files being on disk (archive,
+    /// snapshot, fork) runs it first; a background job runs it after each unarchive.
+    /// Throws SysError (an fsync failed: the archive stays, tried again at the next
+    /// call or start).
+    void settle_unarchived(const std::string& id);
+    /// settle_unarchived(id) on a background job, under the slot's lock.
+    void settle_later(const std::string& id);
     /// At start: settles archiving / unarchiving records a killed daemon left.
     void recover_archives();
     /// At start: removes uploads and unpacked imports a stopped daemon left, and

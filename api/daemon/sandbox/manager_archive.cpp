@@ -13,16 +13,28 @@
 // sandbox is back in its state before. Unarchive:
 //   1. the sandbox in state unarchiving (the caps are checked first)
 //   2. unpack_archive into <state>/unarchived/<id>-<ms>, over the pinned root image
-//      the archive names
-//   3. a VMM restored from it; the sandbox running with the new vm_id (one write)
-//   4. that directory released (the VM's disk layer keeps it), the archive removed
+//      the archive names, its files left in the page cache (Durability::deferred:
+//      a running VM needs no fsync of them; in the test host the fsyncs proper were
+//      small by the end, the writeback started as each run was written)
+//   3. a VMM restored from it; the sandbox running with the new vm_id (one write);
+//      the answer
+//   4. in the background (settle_unarchived, under the lock; archive, snapshot and
+//      fork run it first): the directory made durable (fsync of its files, itself
+//      and its parent), released (the VM's disk layer keeps it), the archive removed.
+//      Until then the archive is the sandbox's durable copy: a running VM needs its
+//      RAM file only while the host runs, but a host crash must not leave a sandbox
+//      whose disk base (disk<i>.raw) was never written out.
 // A failure before 3 leaves it archived (the reason in `error`).
 //
 // Recovery at daemon start (kill -9, host reboot): archiving with a committed
 // blob -> finish (step 4); without one and a live VMM -> resumed, running; without
 // one and no VMM but a durable work snapshot -> packed now, archived; else error.
 // unarchiving -> archived (the VMM it may have started is no record's: the start's
-// sweep stops it), its unpack directory released. Never archived and running both.
+// sweep stops it), its unpack directory released. Another state with an archive
+// (cut between 3 and the end of 4): its VMM alive (a daemon killed) -> step 4 now
+// (the page cache kept the files), running; its VMM gone (a host crash: the files
+// may be torn) -> archived again, the VM's directory and the unpack released.
+// Never archived and running both.
 #include <sys/wait.h>
 
 #include <chrono>
@@ -98,6 +110,7 @@ SandboxRecord SandboxManager::archive(const std::string& id, bool wait) {
         before = state_of(r);
         require_allowed(SandboxOp::archive, before);
         if (no_op(SandboxOp::archive, before)) return r;  // archived already
+        settle_unarchived(r.id);  // its archive record is replaced below
         const int64_t now = store::now_ms();
         store_.put_archive(ArchiveRecord{r.id, fmt::format("{}-{}.nva", r.id, now), "writing", r.image_digest, 0, 0, now});
         set_progress(r.id, "snapshot", 0, 0);
@@ -217,11 +230,49 @@ SandboxRecord SandboxManager::unarchive(const std::string& id, bool wait) {
         key = r.id;
     }
     if (!wait) {
-        start_job([this, key] { run_unarchive(key); });
+        start_job([this, key] {
+            run_unarchive(key);
+            settle_later(key);
+        });
         return must_get(key);
     }
     run_unarchive(key);
+    settle_later(key);
     return must_get(key);
+}
+
+void SandboxManager::settle_later(const std::string& id) {
+    start_job([this, id] {
+        if (!store_.sandbox(id)) return;  // deleted meanwhile (its delete released the files)
+        const auto s = slot(id);
+        std::lock_guard op(s->op);
+        if (stopping_) return;  // the next start settles it
+        settle_unarchived(id);
+    });
+}
+
+void SandboxManager::settle_unarchived(const std::string& id) {
+    const auto r = store_.sandbox(id);
+    if (!r) return;
+    const SandboxState st = state_of(*r);
+    if (st == SandboxState::archived || st == SandboxState::archiving || st == SandboxState::unarchiving) return;
+    const auto a = store_.archive(id);
+    if (!a) return;
+    std::vector<std::string> dirs;
+    for (const store::DirRecord& d : store_.dirs())
+        if (d.kind == "unarchive" && d.owner == id && !d.released) dirs.push_back(d.path);
+    double ms = 0;
+    for (const std::string& dir : dirs)
+        if (fs::is_directory(dir)) ms += archive::make_durable(dir);
+    for (const std::string& dir : dirs) release(dir);  // the VM's disk layer keeps its raw disk
+    try {
+        blobs_.remove(a->blob);
+    } catch (const std::exception& e) {
+        log_line(fmt::format("sandbox {}: removing its archive {}: {}", id, a->blob, e.what()));
+    }
+    store_.delete_archive(id);
+    log_line(fmt::format("sandbox {}: its unarchived files are durable ({:.0f} ms of fsync): archive {} removed", id,
+                         ms, a->blob));
 }
 
 void SandboxManager::run_unarchive(const std::string& id) {
@@ -252,14 +303,16 @@ void SandboxManager::run_unarchive(const std::string& id) {
                 if (stopping_) throw Error("the daemon is stopping");
                 set_progress(r.id, "unpack", done, total);
             },
-            a->blob, &unpacked);
+            a->blob, &unpacked, archive::Durability::deferred);
         set_progress(r.id, "restore", 0, 0);
         const auto restore_start = std::chrono::steady_clock::now();
         started = vms_.start(static_cast<uint32_t>(r.cpus), static_cast<uint32_t>(r.memory_mb), "", dir, {}, r.id);
         log_line(fmt::format("sandbox {}: unarchived {} MiB from {} in {:.0f} ms (read and decompress {:.0f}, RAM pages "
-                             "{:.0f}, disk runs {:.0f}, syncs {:.0f}), then restored in {:.0f} ms",
+                             "{:.0f}, disk runs {:.0f}, syncs {:.0f}: layer {:.0f}, disks {:.0f}, manifest {:.0f}), "
+                             "then restored in {:.0f} ms",
                              r.id, unpacked.raw_bytes >> 20, a->blob, unpacked.ms, unpacked.read_ms, unpacked.ram_ms,
-                             unpacked.disk_ms, unpacked.sync_ms,
+                             unpacked.disk_ms, unpacked.sync_ms, unpacked.layer_ms, unpacked.disk_sync_ms,
+                             unpacked.manifest_ms,
                              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - restore_start)
                                  .count()));
     } catch (const std::exception& e) {
@@ -274,13 +327,7 @@ void SandboxManager::run_unarchive(const std::string& id) {
     clear_progress(r.id);
     set_state(r, *transition(SandboxOp::unarchive).to);
     store::track_dir(store_, started.dir, "vm", r.id);
-    release(dir);  // the VM's disk layer references its raw disk: kept while that lives
-    try {
-        blobs_.remove(a->blob);
-    } catch (const std::exception& e) {
-        log_line(fmt::format("sandbox {}: removing its archive {}: {}", r.id, a->blob, e.what()));
-    }
-    store_.delete_archive(r.id);
+    // `dir` stays recorded and the archive kept until settle_unarchived made it durable.
 }
 
 void SandboxManager::recover_archives() {
@@ -333,9 +380,34 @@ void SandboxManager::recover_archives() {
                 if (!a || !blobs_.exists(a->blob))
                     set_state(r, SandboxState::error, "archived, but its archive is missing from " + blobs_.dir());
             } else if (a) {
-                // Unarchived, cut short before its archive was removed.
-                blobs_.remove(a->blob);
-                store_.delete_archive(r.id);
+                // Unarchived, cut short before its files were durable and its archive removed.
+                const vm::Adoption adoption = r.vm_id.empty() ? vm::Adoption{} : vms_.adopt(r.vm_id);
+                if (!r.vm_id.empty() && adoption.state == vm::Adoption::State::ready) {
+                    settle_unarchived(r.id);  // the page cache kept what the unpack wrote
+                    log_line(fmt::format("sandbox {}: an unarchive cut short: its files made durable, running", r.id));
+                } else if (blobs_.exists(a->blob)) {
+                    // A host crash (or its VMM died): the unpacked files may be torn; the
+                    // archive is whole. The sweep after stops a VMM no record names.
+                    if (!r.vm_id.empty()) {
+                        if (adoption.state != vm::Adoption::State::dead && adoption.state != vm::Adoption::State::missing)
+                            vms_.stop(r.vm_id);
+                        release(vms_.paths(r.vm_id).dir);
+                    }
+                    for (const store::DirRecord& d : store_.dirs())
+                        if (d.kind == "unarchive" && d.owner == r.id && !d.released) release(d.path);
+                    r.vm_id.clear();
+                    r.end_at_ms.reset();
+                    set_state(r, SandboxState::archived,
+                              "unarchived, but its VMM was gone before its files were durable: archived still");
+                    log_line(fmt::format("sandbox {}: its VMM gone before its unarchived files were durable: archived "
+                                         "still", r.id));
+                } else {
+                    // Its files were made durable and the blob removed: the record goes;
+                    // the sandbox is settled as any other (adopted, or error without its VMM).
+                    for (const store::DirRecord& d : store_.dirs())
+                        if (d.kind == "unarchive" && d.owner == r.id && !d.released) release(d.path);
+                    store_.delete_archive(r.id);
+                }
             }
         } catch (const std::exception& e) {
             log_line(fmt::format("sandbox {}: settling its archive at start: {}", r.id, e.what()));

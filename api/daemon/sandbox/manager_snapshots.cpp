@@ -50,6 +50,7 @@ SnapshotRecord SandboxManager::snapshot(const std::string& sandbox_id, const Sna
     SandboxRecord r = must_get(sandbox_id);
     const SandboxState st = state_of(r);
     require_allowed(SandboxOp::snapshot, st);
+    settle_unarchived(r.id);  // a snapshot's layer may chain onto the unpacked RAM: durable first
     SnapshotRecord snap = new_snapshot_record(new_uuid(), r);
     snap.sandbox_id = r.id;
     std::error_code ec;
@@ -135,6 +136,7 @@ std::vector<ForkChild> SandboxManager::fork(const std::string& id, uint32_t n) {
     std::lock_guard op(s->op);
     SandboxRecord parent = must_get(id);
     require_allowed(SandboxOp::fork, state_of(parent));
+    settle_unarchived(parent.id);  // the children's base may chain onto the unpacked RAM
     std::vector<SandboxRecord> children;
     for (uint32_t i = 0; i < n; ++i) {
         CreateRequest shape;

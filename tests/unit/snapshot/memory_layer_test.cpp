@@ -15,6 +15,7 @@
 #include "snapshot/memory_layer.hpp"
 #include "snapshot/snapshot_error.hpp"
 #include "tests/support/temp_dir.hpp"
+#include "vmm/error.hpp"
 #include "vmm/fd.hpp"
 #include "vmm/guest_memory.hpp"
 
@@ -188,5 +189,30 @@ TEST_CASE("damaged layer files are refused naming the file and the part", "[snap
     SECTION("a missing parent") {
         std::filesystem::remove(base);
         CHECK(open_error(diff) == diff + ": parent layer " + base + " is missing");
+    }
+}
+
+TEST_CASE("LayerBuilder::file_crc32c is the whole file's CRC-32C without reading the pages", "[snapshot][unit]") {
+    test::TempDir dir("layer-crc");
+    for (const bool drop_zero : {true, false}) {
+        INFO("drop_zero_pages " << drop_zero);
+        const std::string path = dir.file(drop_zero ? "base.layer" : "diff.layer");
+        LayerBuilder builder(path, kRam, std::nullopt, drop_zero);
+        std::vector<uint8_t> pages(4 * kPageSize, 0);
+        for (size_t i = 0; i < kPageSize; ++i) {
+            pages[i] = static_cast<uint8_t>(i * 7 + 1);                  // page 0: data
+            pages[2 * kPageSize + i] = static_cast<uint8_t>(i * 13 + 5);  // page 2: data; 1 and 3 zero
+        }
+        builder.put(10, 4, pages.data());
+        builder.put(kRam / kPageSize - 1, 1, pages.data());  // the last page
+        CHECK_THROWS_AS(builder.file_crc32c(), Error);        // before finish
+        builder.finish();
+        const auto bytes = [&] {
+            std::vector<uint8_t> all(std::filesystem::file_size(path));
+            Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+            REQUIRE(::pread(fd.get(), all.data(), all.size(), 0) == static_cast<ssize_t>(all.size()));
+            return all;
+        }();
+        CHECK(builder.file_crc32c() == crc32c(bytes));
     }
 }

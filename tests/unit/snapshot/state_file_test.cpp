@@ -62,6 +62,18 @@ TEST_CASE("crc32c_zeros extends a CRC over zero bytes without reading them", "[s
     }
 }
 
+TEST_CASE("crc32c_combine joins two CRCs without the bytes", "[snapshot][unit]") {
+    std::vector<uint8_t> bytes(3 * 4096 + 17);
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 131 + 7);
+    for (const size_t cut : {size_t{0}, size_t{1}, size_t{4096}, size_t{5000}, bytes.size()}) {
+        INFO("cut at " << cut);
+        const std::span<const uint8_t> a(bytes.data(), cut), b(bytes.data() + cut, bytes.size() - cut);
+        CHECK(crc32c_combine(crc32c(a), crc32c(b), b.size()) == crc32c(bytes));
+        CHECK(crc32c_combine_with(crc32c_combine_op(b.size()), crc32c(a), crc32c(b)) == crc32c(bytes));
+    }
+    CHECK(crc32c_combine(crc32c({bytes.data(), 9}), 0, 0) == crc32c({bytes.data(), 9}));
+}
+
 TEST_CASE("a state file round-trips its sections in order", "[snapshot][unit]") {
     const std::vector<uint8_t> file = sample_file();
     const auto sections = parse_state_file(file, "vm.state");
