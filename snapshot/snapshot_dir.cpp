@@ -260,6 +260,14 @@ SnapshotSource open_source(const std::string& dir) {
     return source;
 }
 
+/// The snapshot directory whose manifest lists `layer` (its memory.layer, the
+/// directory durable), or "" for a layer no manifest lists.
+std::string manifest_dir_of(const LayerFile& layer) {
+    const std::filesystem::path path(layer.path());
+    const std::string dir = path.parent_path().string();
+    return path.filename() == kLayerFileName && is_durable(dir) ? dir : std::string();
+}
+
 /// The file backend checks every layer of the chain whole before the VM runs, once
 /// per layer (against its own directory's manifest, cached in parts.verified; a
 /// layer there for no manifest is checked page by page on first touch only),
@@ -267,9 +275,8 @@ SnapshotSource open_source(const std::string& dir) {
 /// checked again one by one).
 void check_chain_parts(LayerChain& chain) {
     for (LayerFile& layer : chain.layers()) {
-        const std::filesystem::path path(layer.path());
-        const std::string dir = path.parent_path().string();
-        if (path.filename() != kLayerFileName || !is_durable(dir)) continue;
+        const std::string dir = manifest_dir_of(layer);
+        if (dir.empty()) continue;
         try {
             check_parts_cached(dir, read_manifest(dir), {kLayerFileName});
         } catch (const SnapshotError&) {
@@ -293,9 +300,8 @@ void check_chain_parts(LayerChain& chain) {
 size_t mark_cached_layers(LayerChain& chain) {
     size_t marked = 0;
     for (LayerFile& layer : chain.layers()) {
-        const std::filesystem::path path(layer.path());
-        const std::string dir = path.parent_path().string();
-        if (path.filename() != kLayerFileName || !is_durable(dir)) continue;
+        const std::string dir = manifest_dir_of(layer);
+        if (dir.empty()) continue;
         try {
             if (!part_verified_cached(dir, read_manifest(dir), kLayerFileName)) continue;
         } catch (const std::exception&) {

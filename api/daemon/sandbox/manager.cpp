@@ -252,10 +252,11 @@ SandboxRecord SandboxManager::create_from_template(const TemplateUse& from, cons
     // One line per create: where its time went inside the daemon (the VMM's log has
     // the restore and the agent's first answer; the client's time beyond the total
     // is the HTTP server's).
+    const std::string id = r.id;  // r is moved into launch() below
     const auto done = [&](const std::string& path, const std::string& parts) {
         log_line(fmt::format("sandbox {}: created from template {} in {:.1f} ms ({}): template lookup {:.1f} ms, "
                              "reserve and record {:.1f} ms, {}",
-                             r.id, from.name, ms_between(started, Clock::now()), path, use_ms, record_ms, parts));
+                             id, from.name, ms_between(started, Clock::now()), path, use_ms, record_ms, parts));
     };
     if (warm) {
         // A VM restored from the template ahead and paused (template_manager.hpp "Warm
@@ -293,7 +294,6 @@ SandboxRecord SandboxManager::create_from_template(const TemplateUse& from, cons
     }
     LaunchTiming timing;
     SandboxRecord out = launch(std::move(r), from.restore_dir, from.standby_sockets, &timing);
-    r.id = out.id;
     done(timing.into_standby ? "restored into a pre-made VMM" : "restored in a new VMM process",
          fmt::format("no warm VM {:.1f} ms, VM start {:.1f} ms (the VMM's restore, the agent's first answer, the resync: "
                      "its vmm.log), store {:.1f} ms",
@@ -348,8 +348,7 @@ void SandboxManager::remove(const std::string& id) {
         store_.delete_sandbox(r.id);
         if (!r.vm_id.empty()) release(vms_.paths(r.vm_id).dir);
         // An unarchive's files not settled yet (settle_unarchived): they go with it.
-        for (const store::DirRecord& d : store_.dirs())
-            if (d.kind == "unarchive" && d.owner == r.id && !d.released) release(d.path);
+        release_unarchive_dirs(r.id);
         if (const auto a = store_.archive(r.id)) {
             try {
                 blobs_.remove(a->blob);

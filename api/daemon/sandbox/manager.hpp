@@ -407,6 +407,10 @@ private:
     /// Throws SysError (an fsync failed: the archive stays, tried again at the next
     /// call or start).
     void settle_unarchived(const std::string& id);
+    /// The unpack directories (store kind "unarchive") of sandbox `id` not released yet.
+    std::vector<std::string> unarchive_dirs(const std::string& id);
+    /// Releases them (collected with the last VM directory whose files name them).
+    void release_unarchive_dirs(const std::string& id);
     /// settle_unarchived(id) on a background job, under the slot's lock.
     void settle_later(const std::string& id);
     /// At start: settles archiving / unarchiving records a killed daemon left.

@@ -241,6 +241,17 @@ SandboxRecord SandboxManager::unarchive(const std::string& id, bool wait) {
     return must_get(key);
 }
 
+std::vector<std::string> SandboxManager::unarchive_dirs(const std::string& id) {
+    std::vector<std::string> dirs;
+    for (const store::DirRecord& d : store_.dirs())
+        if (d.kind == "unarchive" && d.owner == id && !d.released) dirs.push_back(d.path);
+    return dirs;
+}
+
+void SandboxManager::release_unarchive_dirs(const std::string& id) {
+    for (const std::string& dir : unarchive_dirs(id)) release(dir);
+}
+
 void SandboxManager::settle_later(const std::string& id) {
     start_job([this, id] {
         if (!store_.sandbox(id)) return;  // deleted meanwhile (its delete released the files)
@@ -258,9 +269,7 @@ void SandboxManager::settle_unarchived(const std::string& id) {
     if (st == SandboxState::archived || st == SandboxState::archiving || st == SandboxState::unarchiving) return;
     const auto a = store_.archive(id);
     if (!a) return;
-    std::vector<std::string> dirs;
-    for (const store::DirRecord& d : store_.dirs())
-        if (d.kind == "unarchive" && d.owner == id && !d.released) dirs.push_back(d.path);
+    const std::vector<std::string> dirs = unarchive_dirs(id);
     double ms = 0;
     for (const std::string& dir : dirs)
         if (fs::is_directory(dir)) ms += archive::make_durable(dir);
@@ -371,8 +380,7 @@ void SandboxManager::recover_archives() {
                               fmt::format("an archive was cut short and its VMM is gone: {}", vms_.end_reason(r.vm_id)));
                 }
             } else if (st == SandboxState::unarchiving) {
-                for (const store::DirRecord& d : store_.dirs())
-                    if (d.kind == "unarchive" && d.owner == r.id && !d.released) release(d.path);
+                release_unarchive_dirs(r.id);
                 r.vm_id.clear();
                 set_state(r, SandboxState::archived, "an unarchive was cut short: archived still");
                 log_line(fmt::format("sandbox {}: an unarchive cut short: archived still", r.id));
@@ -393,8 +401,7 @@ void SandboxManager::recover_archives() {
                             vms_.stop(r.vm_id);
                         release(vms_.paths(r.vm_id).dir);
                     }
-                    for (const store::DirRecord& d : store_.dirs())
-                        if (d.kind == "unarchive" && d.owner == r.id && !d.released) release(d.path);
+                    release_unarchive_dirs(r.id);
                     r.vm_id.clear();
                     r.end_at_ms.reset();
                     set_state(r, SandboxState::archived,
@@ -404,8 +411,7 @@ void SandboxManager::recover_archives() {
                 } else {
                     // Its files were made durable and the blob removed: the record goes;
                     // the sandbox is settled as any other (adopted, or error without its VMM).
-                    for (const store::DirRecord& d : store_.dirs())
-                        if (d.kind == "unarchive" && d.owner == r.id && !d.released) release(d.path);
+                    release_unarchive_dirs(r.id);
                     store_.delete_archive(r.id);
                 }
             }
