@@ -124,13 +124,14 @@ CLI::App* add_daemon_command(CLI::App& app, DaemonOptions& o) {
         ->capture_default_str();
     cmd->add_option("--standbys", o.standbys,
                     "Pre-made VMMs kept for the most used template shapes (one per shape; their guest memory counts "
-                    "against --max-memory); 0: none")
+                    "against --max-memory, and they end when a sandbox needs it); 0: none")
         ->type_name("N")
         ->check(CLI::Range(0u, 8u).description(""))
         ->capture_default_str();
     cmd->add_option("--warm", o.warm,
                     "VMs restored from used templates ahead of the next creates, which take them instead of "
-                    "restoring (their memory counts against --max-memory); 0: none")
+                    "restoring (paused; their memory counts against --max-memory, and they are stopped when a "
+                    "sandbox needs it); 0: none")
         ->type_name("N")
         ->check(CLI::Range(0u, 16u).description(""))
         ->capture_default_str();

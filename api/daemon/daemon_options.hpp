@@ -33,7 +33,7 @@ struct DaemonOptions {
     unsigned workers = 1024;           ///< threads for long requests at most (the pool grows to it: worker_pool.hpp)
     uint32_t max_implicit_templates = 4;  ///< implicit templates kept, LRU (0: creates boot cold)
     uint32_t standbys = 1;             ///< pre-made VMMs for the most used template shapes (0: none)
-    uint32_t warm = 0;                 ///< VMs restored from templates ahead of creates (0: none)
+    uint32_t warm = 1;                 ///< VMs restored from templates ahead of creates (0: none)
 };
 
 /// $NANOVM_STATE_DIR, else /var/lib/nanovm for root, else

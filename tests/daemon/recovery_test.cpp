@@ -2,7 +2,8 @@
 // a daemon was killed in the middle of a fork or a create, without a guest: a fork
 // base the store recorded but never released, one it never recorded at all (the fork
 // was cut while its children started), one a kept sandbox's directory still
-// references; a sandbox recorded running whose VM directory the store never took. The
+// references; a sandbox recorded running whose VM directory the store never took; a
+// create cut after it re-owned a warm VM's directory, before its running record. The
 // test-host check (tests/daemon/testhost_load_checks.py) kills a real daemon during
 // a fork; this pins the rule down on real files.
 #include <catch2/catch.hpp>
@@ -112,5 +113,37 @@ TEST_CASE("recovery: a sandbox recorded running whose VM directory the store nev
     CHECK(known);
     CHECK(store.sandbox(r.id)->state == "error");  // its VMM is gone: error, with the reason
     manager.remove(r.id);
+    CHECK_FALSE(fs::exists(dir));
+}
+
+TEST_CASE("recovery: a create cut after it re-owned a warm VM's directory, before its running record, "
+          "releases that directory",
+          "[daemon][recovery]") {
+    // create_from_template records the warm VM's directory as the sandbox's (relaxed),
+    // then the sandbox running (full): a kill -9 between leaves a creating record
+    // without a vm_id and a directory it owns. The create never answered: both go.
+    test::TempDir tmp("recovery");
+    const std::string state = tmp.path();
+    const std::string dir = state + "/vms/0123456789ab";
+    fs::create_directories(dir);
+    std::ofstream(dir + "/vmm.log") << "nanovm: VM 0123456789ab ended: killed\n";
+    store::Store store(state + "/store.db");
+    store::SandboxRecord r;
+    r.id = "11111111-2222-4333-8444-555555555555";
+    r.state = "creating";
+    r.cpus = 1;
+    r.memory_mb = 128;
+    r.created_ms = r.updated_ms = 1;
+    store.put_sandbox(r);
+    store.add_dir(dir, "vm", r.id, store::Sync::relaxed);
+    ManagerOptions options;
+    options.state_dir = state;
+    store::ImagePins pins(store, state + "/images");
+    SandboxManager manager(options, store, pins);
+    manager.recover_and_watch();
+    CHECK_FALSE(store.sandbox(r.id).has_value());
+    bool recorded = false;
+    for (const store::DirRecord& d : store.dirs()) recorded = recorded || d.path == dir;
+    CHECK_FALSE(recorded);
     CHECK_FALSE(fs::exists(dir));
 }

@@ -6,7 +6,9 @@ ready and the next create is a restore (its vmm.log says so) with its own hostna
 a later one restores into the daemon's pre-made VMM; a named template with setup
 lines whose file every sandbox made from it has; delete with dependants 409, forced
 204 with the sandbox running on; a template from a snapshot that outlives the
-snapshot; everything deleted leaves no template or VM directory. TAP (numbered from
+snapshot; --warm (default 1): the next create takes the VM restored ahead; at
+--max-memory warm VMs and standbys yield to sandboxes; everything deleted leaves no
+template or VM directory. TAP (numbered from
 1; the wrapper renumbers).
 Usage: testhost_templates.py NANOVM"""
 
@@ -29,7 +31,9 @@ def run():
     nanovm = sys.argv[1]
     tap = Tap()
     state = tempfile.mkdtemp(prefix="nvt.", dir="/tmp")  # short: the sockets' sun_path
-    d = Daemon(nanovm, state_dir=state).start()
+    # --warm 0 first: the restore paths (a new VMM, the pre-made one) are checked
+    # before the warm VMs the default keeps.
+    d = Daemon(nanovm, state_dir=state, args=["--warm", "0"]).start()
     ok = tap.ok
 
     def sh(sid, line):
@@ -121,11 +125,11 @@ def run():
         ok(fs_.status == 201 and sh(fs_.json()["id"], "cat /root/a.txt") == "from-a\n",
            "after the snapshot is deleted, a sandbox from that template has the snapshot's file", fs_)
 
-        # --warm 1: a VM restored ahead from the template; the next create takes it (the
-        # daemon's log names the warm VM it took) and runs as its own sandbox, with its
-        # own id as hostname like every sandbox.
+        # --warm 1 (the default): a VM restored ahead from the template; the next create
+        # takes it (the daemon's log names the warm VM it took) and runs as its own
+        # sandbox, with its own id as hostname like every sandbox.
         d.stop()
-        d = Daemon(nanovm, state_dir=state, args=["--warm", "1"]).start()
+        d = Daemon(nanovm, state_dir=state).start()
         vms = os.path.join(state, "vms")
         before = set(os.listdir(vms))
         w1, _ = d.create(SHAPE, deadline_s=60)  # a restore; a warm VM is made behind it
@@ -158,6 +162,44 @@ def run():
            h1 == w1.json()["id"] and h2 == w2_id and sh(w2_id, "echo ok") == "ok\n",
            f"--warm 1: the next create takes the VM restored ahead ({took.group(1) if took else None} of "
            f"{sorted(made)}; {ms:.0f} ms), hostnames are the sandboxes' ids ({h1}, {h2})", w2)
+
+        # Warm VMs and standbys yield to sandboxes at --max-memory: 768 MiB holds three
+        # 256 MiB sandboxes, whatever the warm VM and the standby held; a fourth is 503.
+        for x in d.get("/v1/sandboxes").json()["sandboxes"]:
+            d.request("DELETE", f"/v1/sandboxes/{x['id']}", timeout=120)
+        d.stop()
+        d = Daemon(nanovm, state_dir=state, args=["--max-memory", "768", "--warm", "1", "--standbys", "1"]).start()
+        capped = []
+        for i in range(3):
+            if i == 1:  # the warm VM restored behind the first create is ready: the second takes it
+                end = time.time() + 90
+                while time.time() < end and not re.search(r"warm VM [0-9a-f]+ ready \(paused", d.stderr()):
+                    time.sleep(0.5)
+            r, _ = d.create(SHAPE, deadline_s=60)
+            capped.append(r)
+        ids = [r.json()["id"] for r in capped if r.status == 201]
+        took = len(ids) > 1 and re.search(r"sandbox " + re.escape(ids[1]) + r": took warm VM", d.stderr()) is not None
+        yielded = re.search(r"templates: (\d+) MiB yielded to a sandbox \(\d+ asked; (\d+) warm restore\(s\) "
+                            r"cancelled, (\d+) standby\(s\) ended, (\d+) warm VM\(s\) stopped\)", d.stderr())
+        answers = [sh(x, "echo up") for x in ids]
+        ok(len(ids) == 3 and took and yielded is not None and int(yielded.group(1)) >= 256 and
+           answers == ["up\n"] * 3,
+           f"--max-memory 768 with a warm VM and a standby: three 256 MiB sandboxes fit (the second took the warm "
+           f"VM: {took}; {yielded.group(0) if yielded else 'nothing yielded'}; answers {answers})",
+           next((r for r in capped if r.status != 201), None))
+        over = d.post("/v1/sandboxes", SHAPE, timeout=120)
+        ok(over.status == 503 and over.code() == "over_capacity",
+           "a fourth: 503 over_capacity (the sandboxes alone fill the cap)", over)
+        if ids:
+            d.request("DELETE", f"/v1/sandboxes/{ids[-1]}", timeout=120)
+        again, _ = d.create(SHAPE, deadline_s=60)
+        ok(again.status == 201 and sh(again.json()["id"], "echo up") == "up\n",
+           "one deleted: the next create fits again", again)
+        for x in d.get("/v1/sandboxes").json()["sandboxes"]:
+            d.request("DELETE", f"/v1/sandboxes/{x['id']}", timeout=120)
+        d.stop()
+        d = Daemon(nanovm, state_dir=state).start()
+        d.create(SHAPE, deadline_s=60)  # a restore, and a warm VM made behind it (deleted below)
 
         # Everything deleted: no template, snapshot or VM directory left (once the warm
         # VM made behind the last create is there: deleting its template stops it).

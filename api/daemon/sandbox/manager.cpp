@@ -148,19 +148,41 @@ void SandboxManager::reserve(const std::vector<SandboxRecord>& records) {
     for (const SandboxRecord& r : records) store_.put_sandbox(r);
 }
 
-void SandboxManager::check_fits(int64_t n, int64_t want_memory) {
+void SandboxManager::set_templates(TemplateManager* templates) {
+    templates_ = templates;
+    if (templates_)
+        templates_->set_memory_budget(static_cast<int64_t>(options_.max_memory_mb), [this] { return sandbox_memory_mb(); });
+}
+
+int64_t SandboxManager::sandbox_memory_mb() {
+    int64_t memory = 0;
+    for (const SandboxRecord& r : store_.all_sandboxes())
+        if (holds_resources(state_of(r))) memory += r.memory_mb;
+    return memory;
+}
+
+void SandboxManager::check_fits(int64_t n, int64_t want_memory, Held held) {
     int64_t count = 0, memory = 0;
     for (const SandboxRecord& r : store_.all_sandboxes()) {
         if (!holds_resources(state_of(r))) continue;
         ++count;
         memory += r.memory_mb;
     }
-    if (templates_) memory += templates_->held_memory_mb();  // build VMs and pooled standbys
     if (count + n > options_.max_running)
         throw ApiError("over_capacity", fmt::format("{} sandboxes hold a VM and the daemon takes at most {} "
                                                     "(--max-sandboxes): delete one first",
                                                     count, options_.max_running));
-    if (memory + want_memory > static_cast<int64_t>(options_.max_memory_mb))
+    const auto cap = static_cast<int64_t>(options_.max_memory_mb);
+    if (templates_ && held == Held::yield) {
+        // Warm VMs and standbys are the templates' speed-ups, never a reason to refuse.
+        int64_t template_memory = templates_->held_memory_mb();
+        if (memory + template_memory + want_memory > cap) {
+            templates_->yield_memory(memory + template_memory + want_memory - cap);
+            template_memory = templates_->held_memory_mb();
+        }
+        memory += template_memory;  // what is left: build VMs (and any warm VM still starting)
+    }
+    if (memory + want_memory > cap)
         throw ApiError("over_capacity", fmt::format("{} MiB of guest memory is committed and {} more would pass the cap "
                                                     "of {} MiB (--max-memory)",
                                                     memory, want_memory, options_.max_memory_mb));
@@ -206,7 +228,7 @@ SandboxRecord SandboxManager::create(const CreateRequest& request) {
         (void)VmDriver::image_path(request.image);  // an unknown name stops here
         {
             std::lock_guard lock(mutex_);  // over a cap: refused before a template build starts
-            check_fits(1, request.memory_mb.value_or(1024));
+            check_fits(1, request.memory_mb.value_or(1024), Held::ignore);  // reserve() counts and yields
         }
         const auto from = templates_->use_implicit(request.image, request.cpus.value_or(2), request.memory_mb.value_or(1024));
         if (from) return create_from_template(*from, request, started, ms_between(started, Clock::now()));
@@ -284,8 +306,10 @@ SandboxRecord SandboxManager::create_from_template(const TemplateUse& from, cons
         const auto s = slot(r.id);
         std::lock_guard op(s->op);
         r.vm_id = warm->vm_id;
+        // Its owner now (its references stay); the running record's full commit below
+        // makes this one durable with it (store::Sync::relaxed).
+        store_.add_dir(warm->dir, "vm", r.id, store::Sync::relaxed);
         set_state(r, SandboxState::running);
-        store_.add_dir(warm->dir, "vm", r.id);  // its owner now (its references stay)
         log_line(fmt::format("sandbox {}: took warm VM {} of template {}", r.id, r.vm_id, from.name));
         done("took a warm VM",
              fmt::format("take {:.1f} ms, resume {:.1f} ms, resync {:.1f} ms, store {:.1f} ms", take_ms, resume_ms,
@@ -400,8 +424,14 @@ void SandboxManager::recover_and_watch() {
     for (SandboxRecord r : store_.all_sandboxes()) {
         const SandboxState st = state_of(r);
         if (st == SandboxState::creating && r.vm_id.empty()) {
-            // The create never answered: undone.
+            // The create never answered: undone. A warm VM it took was re-owned before
+            // its running record (create_from_template): stopped, its directory released.
             store_.delete_sandbox(r.id);
+            for (const store::DirRecord& d : store_.dirs()) {
+                if (d.kind != "vm" || d.owner != r.id || d.released) continue;
+                vms_.stop(fs::path(d.path).filename().string());
+                release(d.path);
+            }
             continue;
         }
         if (st == SandboxState::deleting) {

@@ -166,7 +166,10 @@ public:
     /// Creates restore templates (template_manager.hpp) from here on: a create with
     /// "template", or with an image and shape (its implicit template); the templates'
     /// build VMs and standbys count against --max-memory. Set before serving.
-    void set_templates(TemplateManager* templates) { templates_ = templates; }
+    void set_templates(TemplateManager* templates);
+    /// Guest memory the sandboxes that hold a VM commit, MiB (the store's records;
+    /// takes no lock of this manager's: the template manager calls it under its own).
+    int64_t sandbox_memory_mb();
 
     // Sandboxes.
     store::SandboxRecord create(const CreateRequest& request);
@@ -323,9 +326,15 @@ private:
     /// Records `records` (state creating) if they fit the caps; 503 over_capacity
     /// otherwise (nothing recorded).
     void reserve(const std::vector<store::SandboxRecord>& records);
+    /// What check_fits does with the templates' held memory (warm VMs, standbys,
+    /// build VMs: TemplateManager::held_memory_mb).
+    enum class Held {
+        yield,   ///< counted; over --max-memory, warm VMs and standbys yield theirs first
+        ignore,  ///< not counted (a check before a create that may take a warm VM)
+    };
     /// Throws 503 over_capacity unless `n` more sandboxes of `want_memory` MiB in
     /// all fit the caps. Call with mutex_ held.
-    void check_fits(int64_t n, int64_t want_memory);
+    void check_fits(int64_t n, int64_t want_memory, Held held = Held::yield);
     /// A new record in state creating (id, timestamps, timeout from `request`).
     store::SandboxRecord new_record(const CreateRequest& request) const;
     /// A new snapshot record `id` in state saving, its directory

@@ -240,21 +240,22 @@ int Store::schema_version() {
     return s.step() ? static_cast<int>(s.integer(0)) : 0;
 }
 
+Store::SyncScope::SyncScope(Database& db, Sync sync) : db_(db), relaxed_(sync == Sync::relaxed) {
+    // The connection's setting, for this scope's commits only (the store's mutex held).
+    if (relaxed_) db_.exec("PRAGMA synchronous=NORMAL");
+}
+
+Store::SyncScope::~SyncScope() {
+    if (!relaxed_) return;
+    try {
+        db_.exec("PRAGMA synchronous=FULL");
+    } catch (const std::exception&) {  // no I/O, no parse: cannot fail short of memory
+    }
+}
+
 void Store::put_sandbox(const SandboxRecord& r, Sync sync) {
     std::lock_guard lock(mutex_);
-    // The connection's setting, for this statement's commit only (mutex_ held).
-    if (sync == Sync::relaxed) db_.exec("PRAGMA synchronous=NORMAL");
-    struct FullAgain {
-        Database& db;
-        bool on;
-        ~FullAgain() {
-            if (!on) return;
-            try {
-                db.exec("PRAGMA synchronous=FULL");
-            } catch (const std::exception&) {  // no I/O, no parse: cannot fail short of memory
-            }
-        }
-    } full_again{db_, sync == Sync::relaxed};
+    const SyncScope scope(db_, sync);
     db_.prepare(fmt::format("INSERT OR REPLACE INTO sandboxes ({}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", kSandboxColumns))
         .bind(1, r.id)
         .bind(2, r.vm_id)
@@ -368,8 +369,9 @@ void Store::delete_snapshot(const std::string& id) {
     db_.prepare("DELETE FROM snapshots WHERE id = ?").bind(1, id).run();
 }
 
-void Store::add_dir(const std::string& path, const std::string& kind, const std::string& owner) {
+void Store::add_dir(const std::string& path, const std::string& kind, const std::string& owner, Sync sync) {
     std::lock_guard lock(mutex_);
+    const SyncScope scope(db_, sync);
     db_.prepare("INSERT OR REPLACE INTO dirs (path, kind, owner, released, removing) VALUES (?, ?, ?, 0, 0)")
         .bind(1, path)
         .bind(2, kind)

@@ -37,8 +37,9 @@ TemplateRecord read_template(const Statement& s) {
 
 }  // namespace
 
-void Store::put_template(const TemplateRecord& t) {
+void Store::put_template(const TemplateRecord& t, Sync sync) {
     std::lock_guard lock(mutex_);
+    const SyncScope scope(db_, sync);
     db_.prepare(fmt::format("INSERT OR REPLACE INTO templates ({}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                             kTemplateColumns))
         .bind(1, t.name)
@@ -80,8 +81,9 @@ void Store::delete_template(const std::string& name) {
     db_.prepare("DELETE FROM templates WHERE name = ?").bind(1, name).run();
 }
 
-void Store::add_template_sandbox(const std::string& name, const std::string& sandbox_id) {
+void Store::add_template_sandbox(const std::string& name, const std::string& sandbox_id, Sync sync) {
     std::lock_guard lock(mutex_);
+    const SyncScope scope(db_, sync);
     db_.prepare("INSERT OR REPLACE INTO template_sandboxes (sandbox_id, template) VALUES (?, ?)")
         .bind(1, sandbox_id)
         .bind(2, name)

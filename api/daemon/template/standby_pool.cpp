@@ -26,7 +26,7 @@ std::string StandbyPool::shape_dir(const Shape& shape) const {
     return fmt::format("{}/{}x{}", dir_, shape.first, shape.second);
 }
 
-void StandbyPool::note_use(uint32_t cpus, uint32_t memory_mb) {
+void StandbyPool::note_use(uint32_t cpus, uint32_t memory_mb, int64_t headroom_mb) {
     if (max_ == 0) return;
     std::lock_guard lock(mutex_);
     const Shape shape{cpus, memory_mb};
@@ -49,6 +49,8 @@ void StandbyPool::note_use(uint32_t cpus, uint32_t memory_mb) {
     }
     for (const Shape& s : order) {
         if (keepers_.count(s)) continue;
+        if (headroom_mb < int64_t{s.second}) continue;  // the sandboxes' memory first (yield())
+        headroom_mb -= s.second;
         const std::string dir = shape_dir(s);
         std::error_code ec;
         fs::create_directories(dir, ec);
@@ -62,6 +64,21 @@ void StandbyPool::note_use(uint32_t cpus, uint32_t memory_mb) {
         log_line(fmt::format("standby pool: keeping a {} x {} MiB standby", s.first, s.second));
         keepers_.emplace(s, std::move(keeper));
     }
+}
+
+int64_t StandbyPool::yield(int64_t need_mb) {
+    std::lock_guard lock(mutex_);
+    int64_t freed = 0;
+    while (freed < need_mb && !keepers_.empty()) {
+        auto least = keepers_.begin();
+        for (auto it = keepers_.begin(); it != keepers_.end(); ++it)
+            if (uses_[it->first] < uses_[least->first]) least = it;
+        log_line(fmt::format("standby pool: the {} x {} MiB standby ended: a sandbox needs its memory", least->first.first,
+                             least->first.second));
+        freed += least->first.second;
+        keepers_.erase(least);  // SIGTERMs its unclaimed standby
+    }
+    return freed;
 }
 
 std::vector<std::string> StandbyPool::sockets(uint32_t cpus, uint32_t memory_mb) {

@@ -34,8 +34,14 @@ public:
     StandbyPool& operator=(const StandbyPool&) = delete;
 
     /// A create of shape `cpus` x `memory_mb` restored a template: counts it, and
-    /// keeps a standby for the `max_standbys` most used shapes.
-    void note_use(uint32_t cpus, uint32_t memory_mb);
+    /// keeps a standby for the `max_standbys` most used shapes; a shape newly kept
+    /// gets its standby only within `headroom_mb` (MiB of --max-memory left after
+    /// the sandboxes and the other held memory; a standby counts its shape's memory).
+    void note_use(uint32_t cpus, uint32_t memory_mb, int64_t headroom_mb);
+    /// Ends standbys, the least used shape first, until `need_mb` MiB of their
+    /// shapes' memory are freed or none is left (a sandbox over --max-memory needs
+    /// it). Returns the MiB freed. The next note_use makes them again if they fit.
+    int64_t yield(int64_t need_mb);
     /// The sockets of the standbys of this shape that exist now (empty: none).
     std::vector<std::string> sockets(uint32_t cpus, uint32_t memory_mb);
     /// Guest memory the kept standbys are made for, MiB (counted against the

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -92,13 +93,14 @@ void TemplateManager::stop_warm(const VmDriver::Started& vm) {
     store::release_and_collect(store_, vm.dir);
 }
 
-void TemplateManager::refill_warm(const TemplateRecord& t) {
-    size_t have = warming_;
+void TemplateManager::refill_warm(const TemplateRecord& t, int64_t pending_mb) {
+    size_t have = warming_.size();
     for (const auto& [name, vms] : warm_) have += vms.size();
     if (have >= options_.max_warm || stopping_) return;
-    ++warming_;
+    if (headroom_locked() - pending_mb < t.memory_mb) return;  // the sandboxes' memory first
+    const auto warming = warming_.insert(warming_.end(), Warming{t.memory_mb, false});
     warm_memory_[t.name] = t.memory_mb;
-    start_thread([this, t] {
+    start_thread([this, t, warming] {
         std::optional<VmDriver::Started> vm;
         try {
             vm = vms_.start(static_cast<uint32_t>(t.cpus), static_cast<uint32_t>(t.memory_mb), "", t.restore_dir,
@@ -118,11 +120,14 @@ void TemplateManager::refill_warm(const TemplateRecord& t) {
             }
         }
         std::lock_guard lock(mutex_);
-        --warming_;
+        const bool cancelled = warming->cancelled;
+        warming_.erase(warming);
         if (!vm) return;
         const auto now = store_.template_record(t.name);
-        if (stopping_ || !now || now->dir != t.dir) {
-            stop_warm(*vm);  // deleted meanwhile
+        if (stopping_ || cancelled || !now || now->dir != t.dir) {
+            if (cancelled)
+                log_line(fmt::format("template {}: warm VM {} stopped: a sandbox needed its memory", t.name, vm->vm_id));
+            stop_warm(*vm);  // deleted meanwhile, or its memory went to a sandbox
             return;
         }
         warm_[t.name].push_back(*vm);
@@ -138,7 +143,8 @@ std::optional<VmDriver::Started> TemplateManager::take_warm(const std::string& n
         const VmDriver::Started vm = it->second.front();
         it->second.erase(it->second.begin());
         if (vms_.alive(vm.vm_id)) {
-            if (auto t = store_.template_record(name); t && t->state == "ready") refill_warm(*t);
+            // The sandbox that takes it is not reserved yet: its memory is pending.
+            if (auto t = store_.template_record(name); t && t->state == "ready") refill_warm(*t, t->memory_mb);
             return vm;
         }
         log_line(fmt::format("template {}: warm VM {} ended: {}", name, vm.vm_id, vms_.end_reason(vm.vm_id)));
@@ -357,12 +363,13 @@ std::string TemplateManager::boot_and_snapshot(const TemplateRecord& t) {
 TemplateUse TemplateManager::ready_use(TemplateRecord t) {
     t.used_ms = store::now_ms();
     ++t.uses;
-    store_.put_template(t);
+    store_.put_template(t, store::Sync::relaxed);  // a use count: the create's own records follow, full
     TemplateUse u{t.name, t.restore_dir, t.image, t.image_digest, static_cast<uint32_t>(t.cpus),
                   static_cast<uint32_t>(t.memory_mb), {}};
     u.standby_sockets = pool_.sockets(u.cpus, u.memory_mb);
-    pool_.note_use(u.cpus, u.memory_mb);
-    refill_warm(t);
+    // The create that uses it is not reserved yet: its memory is pending.
+    pool_.note_use(u.cpus, u.memory_mb, headroom_locked() - u.memory_mb);
+    refill_warm(t, u.memory_mb);
     return u;
 }
 
@@ -417,7 +424,8 @@ std::optional<TemplateUse> TemplateManager::use_implicit(const std::string& imag
 }
 
 void TemplateManager::made_sandbox(const std::string& name, const std::string& sandbox_id) {
-    store_.add_template_sandbox(name, sandbox_id);
+    // The create's running record follows, full (store::Sync::relaxed).
+    store_.add_template_sandbox(name, sandbox_id, store::Sync::relaxed);
 }
 
 void TemplateManager::remove(const std::string& name, bool force) {
@@ -464,17 +472,56 @@ void TemplateManager::collect_implicit() {
 }
 
 int64_t TemplateManager::held_memory_mb() {
-    int64_t building = 0;
-    {
-        std::lock_guard lock(mutex_);
-        building = building_memory_;
+    std::lock_guard lock(mutex_);
+    return held_locked();
+}
+
+int64_t TemplateManager::held_locked() {
+    int64_t held = building_memory_ + pool_.memory_mb();
+    for (const Warming& w : warming_)
+        if (!w.cancelled) held += w.memory_mb;
+    for (const auto& [name, vms] : warm_) held += static_cast<int64_t>(vms.size()) * warm_memory_[name];
+    return held;
+}
+
+void TemplateManager::set_memory_budget(int64_t cap_mb, std::function<int64_t()> sandboxes_mb) {
+    std::lock_guard lock(mutex_);
+    memory_cap_mb_ = cap_mb;
+    sandboxes_mb_ = std::move(sandboxes_mb);
+}
+
+int64_t TemplateManager::headroom_locked() {
+    if (memory_cap_mb_ <= 0 || !sandboxes_mb_) return std::numeric_limits<int64_t>::max() / 2;
+    return memory_cap_mb_ - sandboxes_mb_() - held_locked();
+}
+
+int64_t TemplateManager::yield_memory(int64_t need_mb) {
+    std::lock_guard lock(mutex_);
+    int64_t freed = 0;
+    size_t cancelled = 0, stopped = 0;
+    for (Warming& w : warming_) {
+        if (freed >= need_mb) break;
+        if (w.cancelled) continue;
+        w.cancelled = true;  // its thread stops the VM once its restore returns
+        freed += w.memory_mb;
+        ++cancelled;
     }
-    int64_t warm = 0;
-    {
-        std::lock_guard lock(mutex_);
-        for (const auto& [name, vms] : warm_) warm += static_cast<int64_t>(vms.size()) * warm_memory_[name];
+    const size_t standbys_before = pool_.size();
+    if (freed < need_mb) freed += pool_.yield(need_mb - freed);
+    const size_t standbys_ended = standbys_before - pool_.size();
+    for (auto& [name, vms] : warm_) {
+        while (freed < need_mb && !vms.empty()) {
+            stop_warm(vms.front());
+            vms.erase(vms.begin());
+            freed += warm_memory_[name];
+            ++stopped;
+        }
     }
-    return building + warm + pool_.memory_mb();
+    if (freed > 0)
+        log_line(fmt::format("templates: {} MiB yielded to a sandbox ({} asked; {} warm restore(s) cancelled, {} "
+                             "standby(s) ended, {} warm VM(s) stopped)",
+                             freed, need_mb, cancelled, standbys_ended, stopped));
+    return freed;
 }
 
 }  // namespace nanovm::daemon

@@ -25,15 +25,18 @@
 // The build VM is a VM directory of the store too (owner "template:<name>"),
 // released once the snapshot is taken.
 //
-// Warm VMs (--warm N, default 0): after a create restores a template, another VM is
+// Warm VMs (--warm N, default 1): after a create restores a template, another VM is
 // restored from it in the background (up to N in all); once its agent has answered
 // (its first-touch faults are done) it is paused: it costs no CPU, and of memory
 // only the pages it touched (the uffd backend: its own memfd pages; the rest stays
 // the template layer's page cache) and its VMM. The next create from that template
 // takes it instead of restoring: resumed, then resynced (its own hostname, RNG
 // reseeded, clock stepped), as a launched sandbox is. Their guest memory counts
-// against --max-memory like the standbys'. A deleted template's warm VMs are
-// stopped; so are all at exit.
+// against --max-memory like the standbys', and both yield to sandboxes: one is made
+// only within the headroom the sandboxes leave under the cap, and a create that
+// would pass the cap first cancels warm restores under way, ends standbys, then
+// stops warm VMs (yield_memory). A deleted template's warm VMs are stopped; so are
+// all at exit.
 //
 // Thread-safe. Builds run on their own threads; the destructor waits for them.
 #pragma once
@@ -64,7 +67,7 @@ struct TemplateOptions {
     std::string state_dir;
     uint32_t max_implicit = 4;  ///< implicit templates kept (LRU); 0: creates boot cold
     uint32_t max_standbys = 1;  ///< pre-made VMMs (one per most used shape); 0: none
-    uint32_t max_warm = 0;      ///< templates' VMs restored ahead for the next creates (all templates); 0: none
+    uint32_t max_warm = 1;      ///< templates' VMs restored ahead for the next creates (all templates); 0: none
     std::chrono::seconds setup_timeout{600};  ///< each setup line at most
 };
 
@@ -149,9 +152,20 @@ public:
     /// A taken warm VM the caller could not use: stopped, its directory released.
     void release_warm(const VmDriver::Started& vm);
 
-    /// Guest memory held by template work outside sandboxes (build VMs and pooled
-    /// standbys), MiB: the sandbox manager counts it against --max-memory.
+    /// Guest memory held by template work outside sandboxes (build VMs, warm VMs
+    /// ready or being restored, pooled standbys), MiB: the sandbox manager counts it
+    /// against --max-memory.
     int64_t held_memory_mb();
+    /// The daemon's --max-memory, MiB, and the sandboxes' committed guest memory
+    /// (`sandboxes_mb`, MiB; it is called with this manager's mutex held and must take
+    /// no lock of the sandbox manager's): warm VMs and standbys are made only within
+    /// the headroom the sandboxes leave. Unset: no limit. Set before serving.
+    void set_memory_budget(int64_t cap_mb, std::function<int64_t()> sandboxes_mb);
+    /// Memory for a sandbox over --max-memory: cancels warm VMs being restored, ends
+    /// pooled standbys (the least used shape first), stops ready warm VMs (the oldest
+    /// first), until `need_mb` MiB are freed or nothing is left. Returns the MiB freed
+    /// (may be less than asked). Lock order: the sandbox manager's mutex, then this one's.
+    int64_t yield_memory(int64_t need_mb);
     /// Standbys the pool keeps now.
     size_t standbys() { return pool_.size(); }
 
@@ -170,8 +184,15 @@ private:
     /// one that is building or has sandboxes).
     void collect_implicit();
     void drop(const store::TemplateRecord& t);
-    /// Restores one more warm VM of `t` in the background if under --warm. mutex_ held.
-    void refill_warm(const store::TemplateRecord& t);
+    /// Restores one more warm VM of `t` in the background if under --warm and its
+    /// memory fits the headroom left after `pending_mb` more (a sandbox about to be
+    /// reserved). mutex_ held.
+    void refill_warm(const store::TemplateRecord& t, int64_t pending_mb);
+    /// held_memory_mb() with mutex_ held.
+    int64_t held_locked();
+    /// --max-memory less the sandboxes' and held_locked(), MiB (INT64_MAX without a
+    /// budget). mutex_ held.
+    int64_t headroom_locked();
     void stop_warm(const VmDriver::Started& vm);
     /// Runs `fn` on a new thread of builds_ (joined when finished). mutex_ held.
     void start_thread(std::function<void()> fn);
@@ -193,7 +214,15 @@ private:
     std::list<Build> builds_;
     std::map<std::string, std::vector<VmDriver::Started>> warm_;  ///< template name -> ready VMs (mutex_)
     std::map<std::string, int64_t> warm_memory_;                   ///< template name -> memory_mb of one
-    uint32_t warming_ = 0;                                         ///< restores under way (mutex_)
+    /// A warm VM's restore under way (mutex_); one a sandbox needed the memory of is
+    /// cancelled: stopped once its restore returns, no longer counted.
+    struct Warming {
+        int64_t memory_mb = 0;
+        bool cancelled = false;
+    };
+    std::list<Warming> warming_;
+    int64_t memory_cap_mb_ = 0;  ///< 0: no budget (set_memory_budget)
+    std::function<int64_t()> sandboxes_mb_;
 };
 
 }  // namespace nanovm::daemon
