@@ -34,6 +34,12 @@
 
 namespace nanovm::daemon {
 
+/// Milliseconds from `from` to `to`: the parts of the daemon's log lines that say
+/// where an operation's time went (create, sleep, wake).
+inline double ms_between(std::chrono::steady_clock::time_point from, std::chrono::steady_clock::time_point to) {
+    return std::chrono::duration<double, std::milli>(to - from).count();
+}
+
 class TemplateManager;
 struct TemplateUse;
 
@@ -313,6 +319,18 @@ private:
     };
     std::shared_ptr<Slot> slot(const std::string& id);
     store::SandboxRecord must_get(const std::string& id);
+    /// A sandbox's record read under its slot's lock, which `lock` holds (declared
+    /// after `slot`: released before it).
+    struct LockedRecord {
+        std::shared_ptr<Slot> slot;
+        std::unique_lock<std::mutex> lock;
+        store::SandboxRecord record;
+    };
+    /// The record of sandbox `id` with its slot locked, in one store read (not
+    /// slot(must_get(id).id) then must_get(id): a read before the lock only to find
+    /// the slot's key). Throws sandbox_not_found as must_get does, and then drops the
+    /// slot it made for the unknown id.
+    LockedRecord lock_record(const std::string& id);
     SandboxState state_of(const store::SandboxRecord& r) const;
     void set_state(store::SandboxRecord& r, SandboxState state, const std::string& error = "",
                    store::Sync sync = store::Sync::full);
