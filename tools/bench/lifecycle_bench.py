@@ -26,7 +26,8 @@ socket's), *_within_goal), unarchive_speedup_vs_archive (goal >= 2). Where the s
 and wake go: the daemon's own time per request (GET /metrics, read between the timed
 requests: sleep_daemon_ms, wake_daemon_ms for the waking exec, exec_running_daemon_ms,
 health_daemon_ms), its log lines' parts ("asleep in": sleep_daemon_{lookup,pause,
-store}_ms; "woken in": wake_daemon_{lookup,resume,store}_ms), sleep_http_ms (the
+store}_ms; "woken in": wake_daemon_{lookup,resume,store}_ms; the step of the guest's
+clock on the waking call's connection: wake_daemon_clock_step_ms), sleep_http_ms (the
 client's sleep minus the daemon's), GET /v1/health through the API (nanovm_api_health_ms,
 the HTTP floor) and, once a round, a wake after --long-sleep-s asleep
 (nanovm_api_wake_after_long_sleep_ms: does the wake grow with the time asleep?).
@@ -310,6 +311,11 @@ def op_sleep_wake(b):
         for what, prefix in (("asleep", "sleep_daemon"), ("woken", "wake_daemon")):
             for part, value in last_line_parts(b, sid, what).items():
                 note(f"{prefix}_{part}_ms", []).append(value)
+        # The step of the guest's wall clock (frozen by the sleep) on the waking call's connection.
+        steps = re.findall(r"sandbox " + re.escape(sid) + r": guest clock stepped after its sleep in ([0-9.]+) ms",
+                           b.daemon_log())
+        if steps:
+            note("wake_daemon_clock_step_ms", []).append(float(steps[-1]))
     if b.a.long_sleep_s > 0:
         # A wake after the guest slept longer (what an autoslept sandbox's next call
         # meets): does the wake grow with the time asleep?

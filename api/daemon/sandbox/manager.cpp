@@ -394,9 +394,10 @@ SandboxRecord SandboxManager::resume(const std::string& id) {
     const SandboxState st = state_of(r);
     require_allowed(SandboxOp::resume, st);
     if (st != SandboxState::running) {
-        vms_.resume(r.vm_id);
+        resume_vmm(r);
         flip_state(r, *transition(SandboxOp::resume).to);
         idle_.reset(r.id, store::now_ms());
+        step_clock_if_behind(r, nullptr);  // now: no call may follow to carry it
     }
     return r;
 }

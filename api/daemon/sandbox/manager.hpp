@@ -316,6 +316,10 @@ public:
 private:
     struct Slot {
         std::mutex op;  ///< serializes state changes of one sandbox
+        /// Its VMM was resumed with the guest's clock set back to a sleep's pause (the
+        /// guest did not see the time asleep): its wall clock lags until the next
+        /// agent_for() steps it (agent RESYNC) on the connection of the call that woke it.
+        std::atomic<bool> clock_behind{false};
     };
     std::shared_ptr<Slot> slot(const std::string& id);
     store::SandboxRecord must_get(const std::string& id);
@@ -379,9 +383,19 @@ private:
     /// time goes inside the daemon).
     store::SandboxRecord create_from_template(const TemplateUse& from, const CreateRequest& request,
                                               std::chrono::steady_clock::time_point started, double use_ms);
-    /// The sandbox ready for an exec or file call (woken if sleeping); its VM id.
-    std::string use(const std::string& id);
+    /// The sandbox ready for an exec or file call (woken if sleeping); its record.
+    store::SandboxRecord use(const std::string& id);
+    /// A connection to the agent of the sandbox (use()d: woken if sleeping), its
+    /// guest's wall clock stepped first if a wake left it behind.
     agent::AgentClient agent_for(const std::string& id);
+    /// Resumes the sandbox's VMM. A sleep pauses it with the guest's clock frozen (no
+    /// jump of the guest's monotonic clock, so no timers to catch up at the wake):
+    /// then its slot's clock_behind is set.
+    void resume_vmm(const store::SandboxRecord& r);
+    /// If the sandbox's guest clock is behind (resume_vmm), steps its wall clock to
+    /// the host's (and reseeds its RNG: agent::resync_guest) over `client`, or over a
+    /// new connection when null. A refusal is logged, never thrown: the call goes on.
+    void step_clock_if_behind(const store::SandboxRecord& r, agent::AgentClient* client);
     /// Runs the request `start` makes on `client` to its end, its output into
     /// `sinks` (or collected), the agent's refusal to start it as exit 126/127 (or
     /// given to `refused`, which throws).

@@ -33,7 +33,10 @@ SandboxRecord SandboxManager::sleep(const std::string& id) {
     require_allowed(SandboxOp::sleep, st);
     if (no_op(SandboxOp::sleep, st)) return r;
     const auto t1 = Clock::now();
-    if (st == SandboxState::running) vms_.pause(r.vm_id);  // paused: its vCPUs stand already
+    // The guest's clock frozen with it: at the wake its monotonic clock has not jumped
+    // (no timers to catch up) and its wall clock is stepped (resume_vmm). Paused: its
+    // vCPUs stand already, its clock running.
+    if (st == SandboxState::running) vms_.pause(r.vm_id, /*freeze_clock=*/true);
     const auto t2 = Clock::now();
     flip_state(r, *transition(SandboxOp::sleep).to);
     const auto t3 = Clock::now();
@@ -60,7 +63,7 @@ void SandboxManager::check_idle(const SandboxRecord& r, int64_t now) {
     if (!again || !allowed(SandboxOp::autosleep, state_of(*again)) || idle_.idle_ms(r.id, store::now_ms()) < idle)
         return;
     try {
-        vms_.pause(again->vm_id);
+        vms_.pause(again->vm_id, /*freeze_clock=*/true);  // as sleep()
     } catch (const std::exception& e) {
         log_line(fmt::format("sandbox {}: autosleep: {}", again->id, e.what()));
         idle_.reset(again->id, store::now_ms());  // tried: not again at once
