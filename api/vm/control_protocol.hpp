@@ -8,6 +8,8 @@
 //   -> {"command": "pause"}
 //   <- {"ok": true, "state": "paused", "pause_us": 312}
 //   -> {"command": "pause", "freeze_clock": true}   (kvmclock set back at the resume)
+//   -> {"command": "resume"}
+//   <- {"ok": true, "state": "running", "resume_us": 95, "clock_set_back": false}
 //   -> {"command": "bogus"}
 //   <- {"ok": false, "error": "unknown command \"bogus\" (commands: pause, resume, status, stop)"}
 //

@@ -365,6 +365,7 @@ private:
         if (now != VmState::paused)
             throw ControlCommandError(fmt::format("cannot resume: the VM is {}", to_string(now)));
         const auto t0 = Clock::now();
+        const bool set_back = frozen_clock_.has_value();
         if (frozen_clock_) {
             kvm_clock_data clock{};
             clock.clock = *frozen_clock_;
@@ -375,7 +376,9 @@ private:
         machine_.resume();
         const int64_t us = micros_since(t0);
         life_.transition(VmState::paused, VmState::running);
-        return json{{"state", "running"}, {"resume_us", us}};
+        // clock_set_back: the guest's clocks continue from the pause, so its wall
+        // clock is behind by the time paused until someone steps it (agent RESYNC).
+        return json{{"state", "running"}, {"resume_us", us}, {"clock_set_back", set_back}};
     }
 
     static bool flag(const json& body, const char* name) {

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """nanovmd's rest states with real guests, run INSIDE the test host
 (tests/testhost/daemon_checks.sh), 256 MiB 1-vCPU sandboxes: sleep, then an exec and
-a file read wake it; autosleep after the idle time, but not while a command runs nor
-while a guest process burns a CPU (the VMM's CPU share of a burner and of an idle
-guest are printed: they are compared, never a value near the threshold); reboot
-keeps a synced file and loses a process, also of a template-made (restored)
-sandbox; a guest's own reboot is booted again; a crashed guest (sysrq c) goes to
+a file read wake it; after 5 s asleep the guest's wall clock is the host's at once
+and its uptime did not count the sleep; autosleep after the idle time, but not while
+a command runs nor while a guest process burns a CPU (the VMM's CPU share of a burner
+and of an idle guest are printed: they are compared, never a value near the
+threshold); reboot keeps a synced file and loses a process, also of a template-made
+(restored) sandbox; a guest's own reboot is booted again; a crashed guest (sysrq c) goes to
 error and reboots. TAP (numbered from 1; the wrapper renumbers).
 Usage: testhost_rest_checks.py NANOVM"""
 
@@ -23,6 +24,8 @@ AUTOSLEEP_S = 4
 # The daemon's idle threshold for this run: a burning vCPU is ~1 CPU, an idle guest
 # far below; 0.5 is far from both (the shares are printed).
 AUTOSLEEP_CPU = 0.5
+# Seconds a sandbox sleeps before its guest's clock is compared with the host's.
+CLOCK_SLEEP_S = 5
 
 
 def run():
@@ -76,6 +79,32 @@ def run():
         d.post(f"/v1/sandboxes/{sid}/sleep")
         r = d.get(files + "?path=/work/keep.txt")
         ok(get_state(sid) == "running" and r.status == 200 and r.body == "kept\n", "a file read wakes it", r)
+        # The guest's clocks after a longer sleep, as the command that woke it reads
+        # them: its wall clock within a second of the host's, and its uptime (the
+        # monotonic clock) not counting the time asleep (frozen with its vCPUs: no
+        # timers to catch up at the wake).
+        def clocks():
+            try:
+                up, wall = sh(sid, "cut -d' ' -f1 /proc/uptime; date +%s.%N").split()
+                return float(up), float(wall)
+            except ValueError:
+                return 0.0, 0.0
+        up0, _ = clocks()
+        h0 = time.time()
+        d.post(f"/v1/sandboxes/{sid}/sleep")
+        time.sleep(CLOCK_SLEEP_S)
+        t0 = time.time()
+        up1, wall = clocks()
+        t1 = time.time()
+        ok(t0 - 1 <= wall <= t1 + 1,
+           f"after {CLOCK_SLEEP_S} s asleep the woken guest's wall clock is the host's (guest {wall:.2f}, host "
+           f"{t0:.2f}..{t1:.2f})")
+        ok(0 < up1 - up0 <= t1 - h0 - CLOCK_SLEEP_S + 1,
+           f"its uptime did not count the time asleep (+{up1 - up0:.2f} s over {t1 - h0:.2f} s, {CLOCK_SLEEP_S} s "
+           f"of them asleep)")
+        log = d.stderr()
+        ok("guest clock stepped after its sleep" in log, "the daemon stepped the guest's clock at the wake",
+           log[-800:])
 
         # reboot: the synced file stays, the process goes.
         sh(sid, "sync; setsid sh -c 'exec sleep 9999' </dev/null >/dev/null 2>&1 & echo started")

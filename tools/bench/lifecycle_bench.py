@@ -22,7 +22,15 @@ nanovm_api_exec_running_ms (with _p99_ms); nanovm_archive_zstd_mb_s; and the goa
 figures: create_speedup_vs_cold_boot (cold boot / create, goal >= 10),
 sleep_over_pause_ms and wake_over_resume_ms (API sleep - control pause; wake - exec
 on a running sandbox - control resume: goal each <= max(2 ms, 10% of the control
-socket's), *_within_goal), unarchive_speedup_vs_archive (goal >= 2).
+socket's), *_within_goal), unarchive_speedup_vs_archive (goal >= 2). Where the sleep
+and wake go: the daemon's own time per request (GET /metrics, read between the timed
+requests: sleep_daemon_ms, wake_daemon_ms for the waking exec, exec_running_daemon_ms,
+health_daemon_ms), its log lines' parts ("asleep in": sleep_daemon_{lookup,pause,
+store}_ms; "woken in": wake_daemon_{lookup,resume,store}_ms; the step of the guest's
+clock on the waking call's connection: wake_daemon_clock_step_ms), sleep_http_ms (the
+client's sleep minus the daemon's), GET /v1/health through the API (nanovm_api_health_ms,
+the HTTP floor) and, once a round, a wake after --long-sleep-s asleep
+(nanovm_api_wake_after_long_sleep_ms: does the wake grow with the time asleep?).
 
 An op is one function registered with @op("name"): it gets the Bench and returns
 the milliseconds of one sample, or a dict of sample lists by name when it times
@@ -234,6 +242,33 @@ def control(path, command):
     return ms
 
 
+def daemon_seconds(b):
+    """The daemon's own time so far per operation ("METHOD ROUTE" -> seconds summed over
+    every request: GET /metrics, from a request's end to its answer's end)."""
+    out = {}
+    for op_name, value in re.findall(r'^nanovm_api_operation_seconds_sum\{op="([^"]*)"\} (\S+)$', b.text("/metrics"), re.M):
+        out[op_name] = float(value)
+    return out
+
+
+def daemon_ms_between(before, after, op_name):
+    """Milliseconds the daemon spent on `op_name` between two daemon_seconds() reads."""
+    return (after.get(op_name, 0.0) - before.get(op_name, 0.0)) * 1000
+
+
+def last_line_parts(b, sid, what):
+    """The parts of the daemon's last "sandbox SID: WHAT in N ms: part N ms, ..." line
+    (asleep, woken): {"total": N, part: N}, or {}."""
+    found = re.findall(r"sandbox " + re.escape(sid) + ": " + what + r" in ([0-9.]+) ms: (.*)", b.daemon_log())
+    if not found:
+        return {}
+    total, parts = found[-1]
+    out = {"total": float(total)}
+    for name, value in re.findall(r"([a-z]+) ([0-9.]+) ms", parts):
+        out[name] = float(value)
+    return out
+
+
 def exec_true(b, sid):
     ms, answer = b.timed("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": "true"})
     if answer.get("exit_code") != 0:
@@ -248,19 +283,45 @@ def op_sleep_wake(b):
     sid = b.sandbox()
     exec_true(b, sid)  # the restored guest's first answer (its memory faulted in): not timed
     path = b.control_socket(sid)
-    out = {"sleep": [], "wake": [], "exec_running": [], "vmm_control_pause": [], "vmm_control_resume": []}
+    out = {"sleep": [], "wake": [], "exec_running": [], "vmm_control_pause": [], "vmm_control_resume": [],
+           "health": []}
+    exec_op, sleep_op = "POST /v1/sandboxes/{id}/exec", "POST /v1/sandboxes/{id}/sleep"
     for _ in range(b.a.sleep_runs):
         out["vmm_control_pause"].append(control(path, "pause"))
         out["vmm_control_resume"].append(control(path, "resume"))
+        da = daemon_seconds(b)  # untimed, as the reads below: what the daemon spent of each request
+        out["health"].append(b.timed("GET", "/v1/health")[0])  # the API's floor, same run
+        d0 = daemon_seconds(b)
         out["exec_running"].append(exec_true(b, sid))
+        d1 = daemon_seconds(b)
         ms, answer = b.timed("POST", f"/v1/sandboxes/{sid}/sleep")
         if answer["state"] != "sleeping":
             raise SystemExit(f"lifecycle bench: sleep answered {answer['state']}")
         out["sleep"].append(ms)
         out["wake"].append(exec_true(b, sid))
+        d2 = daemon_seconds(b)
         state = b.must(200, "GET", f"/v1/sandboxes/{sid}")["state"]
         if state != "running":
             raise SystemExit(f"lifecycle bench: after the wake the sandbox is {state}")
+        note = b.notes.setdefault
+        note("health_daemon_ms", []).append(daemon_ms_between(da, d0, "GET /v1/health"))
+        note("exec_running_daemon_ms", []).append(daemon_ms_between(d0, d1, exec_op))
+        note("sleep_daemon_ms", []).append(daemon_ms_between(d1, d2, sleep_op))
+        note("wake_daemon_ms", []).append(daemon_ms_between(d1, d2, exec_op))
+        for what, prefix in (("asleep", "sleep_daemon"), ("woken", "wake_daemon")):
+            for part, value in last_line_parts(b, sid, what).items():
+                note(f"{prefix}_{part}_ms", []).append(value)
+        # The step of the guest's wall clock (frozen by the sleep) on the waking call's connection.
+        steps = re.findall(r"sandbox " + re.escape(sid) + r": guest clock stepped after its sleep in ([0-9.]+) ms",
+                           b.daemon_log())
+        if steps:
+            note("wake_daemon_clock_step_ms", []).append(float(steps[-1]))
+    if b.a.long_sleep_s > 0:
+        # A wake after the guest slept longer (what an autoslept sandbox's next call
+        # meets): does the wake grow with the time asleep?
+        b.must(200, "POST", f"/v1/sandboxes/{sid}/sleep")
+        time.sleep(b.a.long_sleep_s)
+        out["wake_after_long_sleep"] = [exec_true(b, sid)]
     return out
 
 
@@ -361,6 +422,8 @@ def main():
                     help="the daemon's --warm (VMs restored ahead of creates and paused); the creates that restore "
                          "are timed apart after the rounds, with --warm 0")
     ap.add_argument("--sleep-runs", type=int, default=3, help="sleep/wake and control pause/resume pairs a round")
+    ap.add_argument("--long-sleep-s", type=float, default=2.0,
+                    help="a round's last wake comes after this many seconds asleep (0: none)")
     ap.add_argument("--archive-rounds", type=int, default=3, help="archive + unarchive rounds after the rounds (0: none)")
     a = ap.parse_args()
     scratch = os.environ.get("NANOVM_SCRATCH") or tempfile.mkdtemp(prefix="nanovm-lifecycle-")
@@ -444,7 +507,8 @@ def main():
         key, label = {"cold_boot": ("nanovm_cold_boot", "cold boot (nanovm vm start)"),
                       "vmm_control_pause": ("vmm_control_pause", "control socket pause"),
                       "vmm_control_resume": ("vmm_control_resume", "control socket resume"),
-                      "exec_running": ("nanovm_api_exec_running", "API exec true (running)")}.get(
+                      "exec_running": ("nanovm_api_exec_running", "API exec true (running)"),
+                      "health": ("nanovm_api_health", "API GET /v1/health")}.get(
                           name, (f"nanovm_api_{name}", f"API {name}"))
         out[f"{key}_ms"] = round(quantile(v, 0.5), 2)
         out[f"{key}_p99_ms"] = round(quantile(v, 0.99), 2)
@@ -474,7 +538,8 @@ def main():
             print(f"{key[:-6]}: the daemon's path per create: {counts}")
         else:
             out[key] = round(quantile(v, 0.5), 2)
-            print(f"{'  ' + key + ' (vmm.log)':<34}{quantile(v, 0.5):>10.1f}{quantile(v, 0.99):>10.1f}")
+            source = "(daemon)" if "_daemon" in key else "(vmm.log)"
+            print(f"{'  ' + key + ' ' + source:<34}{quantile(v, 0.5):>10.1f}{quantile(v, 0.99):>10.1f}")
     if out.get("nanovm_api_create_ms", 0) > 0:
         out["create_speedup_vs_cold_boot"] = round(out["nanovm_cold_boot_ms"] / out["nanovm_api_create_ms"], 1)
         paths = out.get("create_paths", {})
@@ -495,6 +560,16 @@ def main():
         print(f"sleep - control pause: {out['sleep_over_pause_ms']:+.2f} ms; wake - exec (running) - control resume: "
               f"{out['wake_over_resume_ms']:+.2f} ms (goal: each <= max(2 ms, 10% of the control socket's): "
               f"{'met' if out['sleep_within_goal'] else 'missed'}, {'met' if out['wake_within_goal'] else 'missed'})")
+        if "sleep_daemon_ms" in out and "wake_daemon_ms" in out:
+            # Where the excess goes: the daemon's own time (metrics) and the rest, the
+            # HTTP exchange and the client (GET /v1/health: its floor, same run).
+            out["sleep_http_ms"] = round(out["nanovm_api_sleep_ms"] - out["sleep_daemon_ms"], 2)
+            out["wake_daemon_over_running_ms"] = round(out["wake_daemon_ms"] - out["exec_running_daemon_ms"], 2)
+            print(f"sleep: daemon {out['sleep_daemon_ms']:.1f} ms (its pause {out.get('sleep_daemon_pause_ms', -1):.1f}) "
+                  f"+ HTTP and client {out['sleep_http_ms']:.1f} ms (GET /v1/health {out['nanovm_api_health_ms']:.1f}, of it "
+                  f"the daemon {out.get('health_daemon_ms', -1):.1f}); "
+                  f"wake: the daemon's exec {out['wake_daemon_ms']:.1f} ms vs {out['exec_running_daemon_ms']:.1f} running "
+                  f"(+{out['wake_daemon_over_running_ms']:.1f}; its resume {out.get('wake_daemon_resume_ms', -1):.1f})")
     if archive.get("nanovm_api_unarchive_ms"):
         out["unarchive_speedup_vs_archive"] = round(archive["nanovm_api_archive_ms"] / archive["nanovm_api_unarchive_ms"], 2)
         print(f"archive of {archive['archive_fill_mib']} MiB written: zstd {archive.get('nanovm_archive_zstd_mb_s')} MB/s; "

@@ -59,10 +59,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double ms_between(Clock::time_point from, Clock::time_point to) {
-    return std::chrono::duration<double, std::milli>(to - from).count();
-}
-
 std::string lower(std::string_view text) {
     std::string out(text);
     for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -108,6 +104,24 @@ SandboxRecord SandboxManager::must_get(const std::string& id) {
     auto r = store_.sandbox(lower(id));
     if (!r) throw ApiError("sandbox_not_found", fmt::format("no sandbox {}", id));
     return *r;
+}
+
+SandboxManager::LockedRecord SandboxManager::lock_record(const std::string& id) {
+    if (!is_uuid(id)) throw ApiError("sandbox_not_found", fmt::format("no sandbox {} (ids are UUIDs)", id.substr(0, 64)));
+    const std::string key = lower(id);
+    LockedRecord out{slot(key), {}, {}};
+    out.lock = std::unique_lock(out.slot->op);
+    if (auto r = store_.sandbox(key)) {
+        out.record = std::move(*r);
+        return out;
+    }
+    out.lock.unlock();
+    {
+        std::lock_guard lock(mutex_);
+        const auto it = slots_.find(key);
+        if (it != slots_.end() && it->second == out.slot && out.slot.use_count() == 2) slots_.erase(it);  // the map's and ours
+    }
+    throw ApiError("sandbox_not_found", fmt::format("no sandbox {}", id));
 }
 
 SandboxState SandboxManager::state_of(const SandboxRecord& r) const {
@@ -389,9 +403,8 @@ void SandboxManager::remove(const std::string& id) {
 }
 
 SandboxRecord SandboxManager::pause(const std::string& id) {
-    const auto s = slot(must_get(id).id);
-    std::lock_guard op(s->op);
-    SandboxRecord r = must_get(id);
+    LockedRecord locked = lock_record(id);
+    SandboxRecord& r = locked.record;
     const SandboxState st = state_of(r);
     require_allowed(SandboxOp::pause, st);
     if (st == SandboxState::running) vms_.pause(r.vm_id);
@@ -400,15 +413,15 @@ SandboxRecord SandboxManager::pause(const std::string& id) {
 }
 
 SandboxRecord SandboxManager::resume(const std::string& id) {
-    const auto s = slot(must_get(id).id);
-    std::lock_guard op(s->op);
-    SandboxRecord r = must_get(id);
+    LockedRecord locked = lock_record(id);
+    SandboxRecord& r = locked.record;
     const SandboxState st = state_of(r);
     require_allowed(SandboxOp::resume, st);
     if (st != SandboxState::running) {
-        vms_.resume(r.vm_id);
+        resume_vmm(r);
         flip_state(r, *transition(SandboxOp::resume).to);
         idle_.reset(r.id, store::now_ms());
+        step_clock_if_behind(r, nullptr);  // now: no call may follow to carry it
     }
     return r;
 }

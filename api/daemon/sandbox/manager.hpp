@@ -34,6 +34,12 @@
 
 namespace nanovm::daemon {
 
+/// Milliseconds from `from` to `to`: the parts of the daemon's log lines that say
+/// where an operation's time went (create, sleep, wake).
+inline double ms_between(std::chrono::steady_clock::time_point from, std::chrono::steady_clock::time_point to) {
+    return std::chrono::duration<double, std::milli>(to - from).count();
+}
+
 class TemplateManager;
 struct TemplateUse;
 
@@ -313,9 +319,25 @@ public:
 private:
     struct Slot {
         std::mutex op;  ///< serializes state changes of one sandbox
+        /// Its VMM was resumed with the guest's clock set back to a sleep's pause (the
+        /// guest did not see the time asleep): its wall clock lags until the next
+        /// agent_for() steps it (agent RESYNC) on the connection of the call that woke it.
+        std::atomic<bool> clock_behind{false};
     };
     std::shared_ptr<Slot> slot(const std::string& id);
     store::SandboxRecord must_get(const std::string& id);
+    /// A sandbox's record read under its slot's lock, which `lock` holds (declared
+    /// after `slot`: released before it).
+    struct LockedRecord {
+        std::shared_ptr<Slot> slot;
+        std::unique_lock<std::mutex> lock;
+        store::SandboxRecord record;
+    };
+    /// The record of sandbox `id` with its slot locked, in one store read (not
+    /// slot(must_get(id).id) then must_get(id): a read before the lock only to find
+    /// the slot's key). Throws sandbox_not_found as must_get does, and then drops the
+    /// slot it made for the unknown id.
+    LockedRecord lock_record(const std::string& id);
     SandboxState state_of(const store::SandboxRecord& r) const;
     void set_state(store::SandboxRecord& r, SandboxState state, const std::string& error = "",
                    store::Sync sync = store::Sync::full);
@@ -370,9 +392,19 @@ private:
     /// time goes inside the daemon).
     store::SandboxRecord create_from_template(const TemplateUse& from, const CreateRequest& request,
                                               std::chrono::steady_clock::time_point started, double use_ms);
-    /// The sandbox ready for an exec or file call (woken if sleeping); its VM id.
-    std::string use(const std::string& id);
+    /// The sandbox ready for an exec or file call (woken if sleeping); its record.
+    store::SandboxRecord use(const std::string& id);
+    /// A connection to the agent of the sandbox (use()d: woken if sleeping), its
+    /// guest's wall clock stepped first if a wake left it behind.
     agent::AgentClient agent_for(const std::string& id);
+    /// Resumes the sandbox's VMM. A sleep pauses it with the guest's clock frozen (no
+    /// jump of the guest's monotonic clock, so no timers to catch up at the wake):
+    /// then its slot's clock_behind is set.
+    void resume_vmm(const store::SandboxRecord& r);
+    /// If the sandbox's guest clock is behind (resume_vmm), steps its wall clock to
+    /// the host's (and reseeds its RNG: agent::resync_guest) over `client`, or over a
+    /// new connection when null. A refusal is logged, never thrown: the call goes on.
+    void step_clock_if_behind(const store::SandboxRecord& r, agent::AgentClient* client);
     /// Runs the request `start` makes on `client` to its end, its output into
     /// `sinks` (or collected), the agent's refusal to start it as exit 126/127 (or
     /// given to `refused`, which throws).

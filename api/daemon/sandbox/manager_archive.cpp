@@ -156,7 +156,7 @@ void SandboxManager::run_archive(const std::string& id, SandboxState before) {
         clear_progress(r.id);
         if (vms_.alive(r.vm_id)) {
             try {
-                if (before != SandboxState::paused) vms_.resume(r.vm_id);
+                if (before != SandboxState::paused) resume_vmm(r);
                 set_state(r, before == SandboxState::paused ? SandboxState::paused : SandboxState::running);
             } catch (const std::exception& resuming) {
                 set_state(r, SandboxState::error, fmt::format("archive failed ({}), then resume: {}", e.what(), resuming.what()));
@@ -363,7 +363,7 @@ void SandboxManager::recover_archives() {
                 }
                 const vm::Adoption adoption = r.vm_id.empty() ? vm::Adoption{} : vms_.adopt(r.vm_id);
                 if (!r.vm_id.empty() && adoption.state == vm::Adoption::State::ready) {
-                    if (adoption.status.value("state", "") == "paused") vms_.resume(r.vm_id);
+                    if (adoption.status.value("state", "") == "paused") resume_vmm(r);
                     set_state(r, SandboxState::running);
                     release(work);
                     log_line(fmt::format("sandbox {}: an archive cut short: running again", r.id));

@@ -140,9 +140,9 @@ void VmDriver::pause(const std::string& vm_id, bool freeze_clock) {
     }
 }
 
-void VmDriver::resume(const std::string& vm_id) {
+bool VmDriver::resume(const std::string& vm_id) {
     try {
-        vm::resume_vm(paths(vm_id));
+        return vm::resume_vm(paths(vm_id)).value("clock_set_back", false);
     } catch (const std::exception& e) {
         throw_vm_error("resume", e);
     }

@@ -77,9 +77,12 @@ public:
     /// vmm.log's last "VM ... ended: reboot" line).
     bool ended_in_reboot(const std::string& vm_id) const;
 
-    /// `freeze_clock`: vm::pause_vm's (a warm VM's guest clock does not jump).
+    /// `freeze_clock`: vm::pause_vm's (the guest's clocks do not count the pause: a
+    /// warm VM's and a sleeping sandbox's; its wall clock is stepped after the resume).
     void pause(const std::string& vm_id, bool freeze_clock = false);
-    void resume(const std::string& vm_id);
+    /// True when the VMM set the guest's clock back to its pause (a freeze_clock
+    /// pause): the guest's wall clock is behind by the time paused until a RESYNC.
+    bool resume(const std::string& vm_id);
     /// Snapshots into `dir` (absolute, missing); returns whether it is durable.
     bool snapshot(const std::string& vm_id, const std::string& dir, bool wait_durable, bool leave_paused);
     /// Stops the VMM at once (no guest power-off; SIGKILL if it does not go).
