@@ -44,12 +44,17 @@ def blobs(state):
     return sorted(x for x in os.listdir(d) if not x.startswith(".")) if os.path.isdir(d) else []
 
 
+# --warm 0: the VMMs counted here are the sandboxes' own (no warm VM of the template
+# waits beside them: tests/daemon/testhost_templates.py checks those).
+ARGS = ["--warm", "0"]
+
+
 def run():
     nanovm = sys.argv[1]
     tap = Tap()
     ok = tap.ok
     state = tempfile.mkdtemp(prefix="nva.", dir="/tmp")  # short: the sockets' sun_path
-    d = Daemon(nanovm, state_dir=state).start()
+    d = Daemon(nanovm, state_dir=state, args=ARGS).start()
 
     def sh(sid, line):
         a = d.post(f"/v1/sandboxes/{sid}/exec", {"cmd": line}, timeout=120)
@@ -117,7 +122,7 @@ def run():
 
         # A daemon restart, then unarchive.
         d.stop()
-        d = Daemon(nanovm, state_dir=state).start()
+        d = Daemon(nanovm, state_dir=state, args=ARGS).start()
         ok(state_of(sid) == "archived", "after a daemon restart it is archived still")
         t0 = time.time()
         u = d.post(f"/v1/sandboxes/{sid}/unarchive", {}, timeout=600)
@@ -145,7 +150,7 @@ def run():
         for pid in killed:
             os.kill(pid, signal.SIGKILL)
         time.sleep(0.5)
-        d = Daemon(nanovm, state_dir=state).start()
+        d = Daemon(nanovm, state_dir=state, args=ARGS).start()
         oid = other.json()["id"] if other.status == 201 else None
         ok(state_of(sid) == "archived" and (oid is None or state_of(oid) == "error"),
            f"daemon and {len(killed)} VMM(s) stopped, started again: archived (the other sandbox: error)")
@@ -170,7 +175,7 @@ def run():
                     break
                 time.sleep(0.05)
             d.stop(sig=signal.SIGKILL)
-            d = Daemon(nanovm, state_dir=state).start()
+            d = Daemon(nanovm, state_dir=state, args=ARGS).start()
             st = state_of(sid)
             vmms, left = live_vmms(state), blobs(state)
             if st == "running":
@@ -194,7 +199,7 @@ def run():
             d.post(f"/v1/sandboxes/{sid}/archive", {}, timeout=600)
         u = d.post(f"/v1/sandboxes/{sid}/unarchive", {}, timeout=600)
         d.stop(sig=signal.SIGKILL)
-        d = Daemon(nanovm, state_dir=state).start()
+        d = Daemon(nanovm, state_dir=state, args=ARGS).start()
         st, vmms, left = state_of(sid), live_vmms(state), blobs(state)
         ok(u.status == 200 and st == "running" and len(vmms) == 1 and left == [] and
            sh(sid, "cat /work/keep.txt") == "kept across archives\n",
