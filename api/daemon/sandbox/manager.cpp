@@ -99,16 +99,25 @@ std::shared_ptr<SandboxManager::Slot> SandboxManager::slot(const std::string& id
     return s;
 }
 
-SandboxRecord SandboxManager::must_get(const std::string& id) {
+namespace {
+
+// The store's key of sandbox id `id` (lower case); throws sandbox_not_found for what
+// is no UUID.
+std::string sandbox_key(const std::string& id) {
     if (!is_uuid(id)) throw ApiError("sandbox_not_found", fmt::format("no sandbox {} (ids are UUIDs)", id.substr(0, 64)));
-    auto r = store_.sandbox(lower(id));
+    return lower(id);
+}
+
+}  // namespace
+
+SandboxRecord SandboxManager::must_get(const std::string& id) {
+    auto r = store_.sandbox(sandbox_key(id));
     if (!r) throw ApiError("sandbox_not_found", fmt::format("no sandbox {}", id));
     return *r;
 }
 
 SandboxManager::LockedRecord SandboxManager::lock_record(const std::string& id) {
-    if (!is_uuid(id)) throw ApiError("sandbox_not_found", fmt::format("no sandbox {} (ids are UUIDs)", id.substr(0, 64)));
-    const std::string key = lower(id);
+    const std::string key = sandbox_key(id);
     LockedRecord out{slot(key), {}, {}};
     out.lock = std::unique_lock(out.slot->op);
     if (auto r = store_.sandbox(key)) {
@@ -168,20 +177,21 @@ void SandboxManager::set_templates(TemplateManager* templates) {
         templates_->set_memory_budget(static_cast<int64_t>(options_.max_memory_mb), [this] { return sandbox_memory_mb(); });
 }
 
-int64_t SandboxManager::sandbox_memory_mb() {
-    int64_t memory = 0;
-    for (const SandboxRecord& r : store_.all_sandboxes())
-        if (holds_resources(state_of(r))) memory += r.memory_mb;
-    return memory;
-}
-
-void SandboxManager::check_fits(int64_t n, int64_t want_memory, Held held) {
-    int64_t count = 0, memory = 0;
+SandboxManager::Committed SandboxManager::committed() {
+    Committed c;
     for (const SandboxRecord& r : store_.all_sandboxes()) {
         if (!holds_resources(state_of(r))) continue;
-        ++count;
-        memory += r.memory_mb;
+        ++c.count;
+        c.memory_mb += r.memory_mb;
     }
+    return c;
+}
+
+int64_t SandboxManager::sandbox_memory_mb() { return committed().memory_mb; }
+
+void SandboxManager::check_fits(int64_t n, int64_t want_memory, Held held) {
+    const auto [count, sandboxes_mb] = committed();
+    int64_t memory = sandboxes_mb;
     if (count + n > options_.max_running)
         throw ApiError("over_capacity", fmt::format("{} sandboxes hold a VM and the daemon takes at most {} "
                                                     "(--max-sandboxes): delete one first",

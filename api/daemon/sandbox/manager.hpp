@@ -354,6 +354,12 @@ private:
         yield,   ///< counted; over --max-memory, warm VMs and standbys yield theirs first
         ignore,  ///< not counted (a check before a create that may take a warm VM)
     };
+    /// The sandboxes that hold a VM (holds_resources): how many, and their memory_mb, MiB.
+    struct Committed {
+        int64_t count = 0;
+        int64_t memory_mb = 0;
+    };
+    Committed committed();
     /// Throws 503 over_capacity unless `n` more sandboxes of `want_memory` MiB in
     /// all fit the caps. Call with mutex_ held.
     void check_fits(int64_t n, int64_t want_memory, Held held = Held::yield);

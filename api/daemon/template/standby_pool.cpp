@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -26,7 +27,7 @@ std::string StandbyPool::shape_dir(const Shape& shape) const {
     return fmt::format("{}/{}x{}", dir_, shape.first, shape.second);
 }
 
-void StandbyPool::note_use(uint32_t cpus, uint32_t memory_mb, int64_t headroom_mb) {
+void StandbyPool::note_use(uint32_t cpus, uint32_t memory_mb, const std::function<int64_t()>& headroom_mb) {
     if (max_ == 0) return;
     std::lock_guard lock(mutex_);
     const Shape shape{cpus, memory_mb};
@@ -47,10 +48,15 @@ void StandbyPool::note_use(uint32_t cpus, uint32_t memory_mb, int64_t headroom_m
             ++it;
         }
     }
+    std::optional<int64_t> headroom;  // asked once, only if a shape needs a standby
     for (const Shape& s : order) {
         if (keepers_.count(s)) continue;
-        if (headroom_mb < int64_t{s.second}) continue;  // the sandboxes' memory first (yield())
-        headroom_mb -= s.second;
+        if (!headroom) {
+            headroom = headroom_mb();
+            for (const auto& [kept, keeper] : keepers_) *headroom -= kept.second;
+        }
+        if (*headroom < int64_t{s.second}) continue;  // the sandboxes' memory first (yield())
+        *headroom -= s.second;
         const std::string dir = shape_dir(s);
         std::error_code ec;
         fs::create_directories(dir, ec);

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -35,9 +36,11 @@ public:
 
     /// A create of shape `cpus` x `memory_mb` restored a template: counts it, and
     /// keeps a standby for the `max_standbys` most used shapes; a shape newly kept
-    /// gets its standby only within `headroom_mb` (MiB of --max-memory left after
-    /// the sandboxes and the other held memory; a standby counts its shape's memory).
-    void note_use(uint32_t cpus, uint32_t memory_mb, int64_t headroom_mb);
+    /// gets its standby only within `headroom_mb()` less the kept standbys' memory
+    /// (`headroom_mb`: MiB of --max-memory left after the sandboxes and the held
+    /// memory other than this pool's; asked only when a shape is newly kept, under
+    /// this pool's lock, so it must not take it; a standby counts its shape's memory).
+    void note_use(uint32_t cpus, uint32_t memory_mb, const std::function<int64_t()>& headroom_mb);
     /// Ends standbys, the least used shape first, until `need_mb` MiB of their
     /// shapes' memory are freed or none is left (a sandbox over --max-memory needs
     /// it). Returns the MiB freed. The next note_use makes them again if they fit.

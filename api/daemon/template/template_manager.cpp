@@ -368,7 +368,8 @@ TemplateUse TemplateManager::ready_use(TemplateRecord t) {
                   static_cast<uint32_t>(t.memory_mb), {}};
     u.standby_sockets = pool_.sockets(u.cpus, u.memory_mb);
     // The create that uses it is not reserved yet: its memory is pending.
-    pool_.note_use(u.cpus, u.memory_mb, headroom_locked() - u.memory_mb);
+    // (Asked under the pool's lock: the headroom without its standbys, which it counts.)
+    pool_.note_use(u.cpus, u.memory_mb, [this, &u] { return headroom_locked(/*standbys=*/false) - u.memory_mb; });
     refill_warm(t, u.memory_mb);
     return u;
 }
@@ -476,8 +477,8 @@ int64_t TemplateManager::held_memory_mb() {
     return held_locked();
 }
 
-int64_t TemplateManager::held_locked() {
-    int64_t held = building_memory_ + pool_.memory_mb();
+int64_t TemplateManager::held_locked(bool standbys) {
+    int64_t held = building_memory_ + (standbys ? pool_.memory_mb() : 0);
     for (const Warming& w : warming_)
         if (!w.cancelled) held += w.memory_mb;
     for (const auto& [name, vms] : warm_) held += static_cast<int64_t>(vms.size()) * warm_memory_[name];
@@ -490,9 +491,9 @@ void TemplateManager::set_memory_budget(int64_t cap_mb, std::function<int64_t()>
     sandboxes_mb_ = std::move(sandboxes_mb);
 }
 
-int64_t TemplateManager::headroom_locked() {
+int64_t TemplateManager::headroom_locked(bool standbys) {
     if (memory_cap_mb_ <= 0 || !sandboxes_mb_) return std::numeric_limits<int64_t>::max() / 2;
-    return memory_cap_mb_ - sandboxes_mb_() - held_locked();
+    return memory_cap_mb_ - sandboxes_mb_() - held_locked(standbys);
 }
 
 int64_t TemplateManager::yield_memory(int64_t need_mb) {
@@ -509,14 +510,22 @@ int64_t TemplateManager::yield_memory(int64_t need_mb) {
     const size_t standbys_before = pool_.size();
     if (freed < need_mb) freed += pool_.yield(need_mb - freed);
     const size_t standbys_ended = standbys_before - pool_.size();
+    std::vector<VmDriver::Started> victims;
     for (auto& [name, vms] : warm_) {
         while (freed < need_mb && !vms.empty()) {
-            stop_warm(vms.front());
+            victims.push_back(vms.front());
             vms.erase(vms.begin());
             freed += warm_memory_[name];
             ++stopped;
         }
     }
+    // Counted free now; stopped on a thread of their own: the caller holds the sandbox
+    // manager's mutex, which every sandbox call takes, and a VMM's stop may wait for it
+    // to exit.
+    if (!victims.empty())
+        start_thread([this, victims] {
+            for (const VmDriver::Started& vm : victims) stop_warm(vm);
+        });
     if (freed > 0)
         log_line(fmt::format("templates: {} MiB yielded to a sandbox ({} asked; {} warm restore(s) cancelled, {} "
                              "standby(s) ended, {} warm VM(s) stopped)",

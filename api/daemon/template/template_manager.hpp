@@ -188,11 +188,12 @@ private:
     /// memory fits the headroom left after `pending_mb` more (a sandbox about to be
     /// reserved). mutex_ held.
     void refill_warm(const store::TemplateRecord& t, int64_t pending_mb);
-    /// held_memory_mb() with mutex_ held.
-    int64_t held_locked();
-    /// --max-memory less the sandboxes' and held_locked(), MiB (INT64_MAX without a
-    /// budget). mutex_ held.
-    int64_t headroom_locked();
+    /// held_memory_mb() with mutex_ held; without the pool's standbys when `standbys`
+    /// is false (asked from inside the pool, under its lock).
+    int64_t held_locked(bool standbys = true);
+    /// --max-memory less the sandboxes' and held_locked(standbys), MiB (INT64_MAX / 2
+    /// without a budget). mutex_ held.
+    int64_t headroom_locked(bool standbys = true);
     void stop_warm(const VmDriver::Started& vm);
     /// Runs `fn` on a new thread of builds_ (joined when finished). mutex_ held.
     void start_thread(std::function<void()> fn);
