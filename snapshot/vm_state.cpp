@@ -74,6 +74,9 @@ VmState capture_vm_state(const Kvm& kvm, Machine& machine) {
         state.irqchip = chip;
     }
     state.clock = vm.clock();
+    // Paused with its clock held (a sleep, a warm VM): the guest's time stands at the
+    // held instant, and its restores go on from there, not from now.
+    if (const auto held = machine.held_clock()) state.clock.clock = *held;
     return state;
 }
 

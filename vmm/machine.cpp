@@ -100,6 +100,18 @@ void Machine::resume() {
     control_.changed.notify_all();
 }
 
+void Machine::hold_clock() { held_clock_ = vm_.clock().clock; }
+
+bool Machine::release_clock() {
+    if (!held_clock_) return false;
+    kvm_clock_data clock{};
+    clock.clock = *held_clock_;
+    clock.flags = 0;  // no KVM_CLOCK_REALTIME: continue from the held instant
+    vm_.set_clock(clock);
+    held_clock_.reset();
+    return true;
+}
+
 bool Machine::running() const {
     std::lock_guard lock(control_.mutex);
     return running_;

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "vmm/guest_memory.hpp"
@@ -74,6 +75,21 @@ public:
     /// True while run() is in progress.
     bool running() const;
 
+    /// Holds the guest's kvmclock (KVM_GET_CLOCK's `clock`, ns) as it is now, for a
+    /// pause the guest must not see as time passing (QEMU does the same across a
+    /// stop). Call while paused. A state captured while it is held records the held
+    /// value (snapshot::capture_vm_state), so a snapshot or fork of such a VM does
+    /// not give its restores a jump either. Throws SysError from KVM_GET_CLOCK.
+    void hold_clock();
+    /// The held value, if the clock is held.
+    std::optional<uint64_t> held_clock() const noexcept { return held_clock_; }
+    /// Sets a held clock back (KVM_SET_CLOCK, no KVM_CLOCK_REALTIME: the guest goes on
+    /// from the instant it was held) and forgets it; call before resume(). True if
+    /// one was held. Throws SysError from KVM_SET_CLOCK.
+    bool release_clock();
+    /// Forgets a held clock without setting it.
+    void forget_clock() noexcept { held_clock_.reset(); }
+
 private:
     void stop_threads() noexcept;
 
@@ -84,6 +100,7 @@ private:
     mutable RunControl control_;
     bool running_ = false;  ///< guarded by control_.mutex
     std::vector<std::unique_ptr<VcpuThread>> threads_;  ///< changed under control_.mutex
+    std::optional<uint64_t> held_clock_;  ///< hold_clock(): the control thread's
 };
 
 }  // namespace nanovm

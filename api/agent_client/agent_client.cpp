@@ -80,6 +80,9 @@ struct AgentClient::Pending {
     uint64_t job = 0;
     proto::JobList jobs;
     JobOutputCallback on_job_output;
+    /// A request nobody waits for (resync_ahead): called when its answer comes (the
+    /// agent's refusal, or nullopt for OK); the request is then forgotten.
+    std::function<void(const std::optional<proto::ErrorReport>&)> on_detached_end;
 };
 
 namespace {
@@ -227,6 +230,7 @@ void AgentClient::read_some() {
             if (status != proto::FrameParser::Status::kFrame)
                 throw ConnectionError("the agent sent a malformed frame (bad type or length)");
             handle(frame);
+            end_detached(frame.id);
         }
         if (n == 0) throw ConnectionError("the agent closed the connection");
         if (n < 0) throw ConnectionError(std::string("receive from the agent: ") + std::strerror(errno));
@@ -372,6 +376,14 @@ void AgentClient::handle(const proto::Frame& frame) {
         default:
             throw ConnectionError(std::string("unexpected ") + proto::message_type_name(frame.type));
     }
+}
+
+void AgentClient::end_detached(uint32_t id) {
+    const auto it = pending_.find(id);
+    if (it == pending_.end() || !it->second->done || !it->second->on_detached_end) return;
+    const Pending p = std::move(*it->second);
+    pending_.erase(it);
+    p.on_detached_end(p.error);
 }
 
 void AgentClient::wait_done(RequestId id) {
@@ -649,6 +661,22 @@ void AgentClient::shutdown(proto::ShutdownRequest::Action action) {
 }
 
 void AgentClient::resync(std::span<const uint8_t> entropy, int64_t wall_clock_ns, const std::string& hostname) {
+    simple_request(MessageType::kResync, resync_payload(entropy, wall_clock_ns, hostname));
+}
+
+void AgentClient::resync_ahead(std::span<const uint8_t> entropy, int64_t wall_clock_ns,
+                               std::function<void(const AgentError&)> on_refused) {
+    const std::string payload = resync_payload(entropy, wall_clock_ns, "");
+    const RequestId id = next_id();
+    add_pending(id, Pending::kOk).on_detached_end = [on_refused = std::move(on_refused)](
+                                                         const std::optional<proto::ErrorReport>& error) {
+        if (error && on_refused) on_refused(AgentError(error->errno_name, error->message));
+    };
+    send(MessageType::kResync, id, payload);
+}
+
+std::string AgentClient::resync_payload(std::span<const uint8_t> entropy, int64_t wall_clock_ns,
+                                        const std::string& hostname) const {
     if (entropy.size() < proto::kMinResyncEntropyBytes || entropy.size() > proto::kMaxResyncEntropyBytes)
         throw std::invalid_argument("resync: " + std::to_string(entropy.size()) + " bytes of entropy (takes " +
                                     std::to_string(proto::kMinResyncEntropyBytes) + " to " +
@@ -666,7 +694,7 @@ void AgentClient::resync(std::span<const uint8_t> entropy, int64_t wall_clock_ns
     request.entropy.assign(reinterpret_cast<const char*>(entropy.data()), entropy.size());
     request.wall_clock_ns = wall_clock_ns;
     request.hostname = hostname;
-    simple_request(MessageType::kResync, proto::encode(request));
+    return proto::encode(request);
 }
 
 void AgentClient::require_jobs(const char* what) const {
@@ -748,8 +776,10 @@ void AgentClient::forget_job(uint64_t job) {
     simple_request(MessageType::kJobForget, proto::encode(proto::JobRef{job}));
 }
 
-void resync_guest(AgentClient& client, const std::string& hostname) {
-    uint8_t entropy[kResyncEntropyBytes];
+namespace {
+
+// kResyncEntropyBytes from getrandom(2) into `entropy`, and CLOCK_REALTIME now, ns.
+int64_t resync_inputs(uint8_t (&entropy)[kResyncEntropyBytes]) {
     size_t filled = 0;
     while (filled < sizeof entropy) {
         const ssize_t n = ::getrandom(entropy + filled, sizeof entropy - filled, 0);
@@ -760,8 +790,21 @@ void resync_guest(AgentClient& client, const std::string& hostname) {
     timespec now{};
     if (::clock_gettime(CLOCK_REALTIME, &now) != 0)
         throw std::system_error(errno, std::generic_category(), "clock_gettime CLOCK_REALTIME");
-    const int64_t ns = static_cast<int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+    return static_cast<int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+}
+
+}  // namespace
+
+void resync_guest(AgentClient& client, const std::string& hostname) {
+    uint8_t entropy[kResyncEntropyBytes];
+    const int64_t ns = resync_inputs(entropy);
     client.resync(entropy, ns, hostname);
+}
+
+void resync_guest_ahead(AgentClient& client, std::function<void(const AgentError&)> on_refused) {
+    uint8_t entropy[kResyncEntropyBytes];
+    const int64_t ns = resync_inputs(entropy);
+    client.resync_ahead(entropy, ns, std::move(on_refused));
 }
 
 }  // namespace nanovm::agent

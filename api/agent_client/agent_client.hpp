@@ -332,6 +332,15 @@ public:
     /// the step that failed (its message names it), EOPNOTSUPP from a host agent or
     /// (client-side, nothing sent) from an agent that speaks protocol version 1.
     void resync(std::span<const uint8_t> entropy, int64_t wall_clock_ns, const std::string& hostname);
+    /// RESYNC without a hostname, sent without waiting for its answer: the agent
+    /// serves one connection's requests in order and a RESYNC at once, so the caller's
+    /// next request on this connection runs after the step, and the round trip is not
+    /// waited for on its own (what a wake from sleep needs: its clock was frozen).
+    /// The answer is read by whatever pumps this connection next; if the agent
+    /// refused it, `on_refused` is called from there. Throws as resync() does before
+    /// sending.
+    void resync_ahead(std::span<const uint8_t> entropy, int64_t wall_clock_ns,
+                      std::function<void(const AgentError&)> on_refused);
 
 private:
     struct Pending;
@@ -356,6 +365,11 @@ private:
     ExecResult exec_result(Pending& pending);
     void simple_request(proto::MessageType type, const std::string& payload);
     void require_jobs(const char* what) const;
+    /// RESYNC's payload; throws as resync() does.
+    std::string resync_payload(std::span<const uint8_t> entropy, int64_t wall_clock_ns,
+                               const std::string& hostname) const;
+    /// Forgets request `id` if it is a detached one that has ended, calling its callback.
+    void end_detached(uint32_t id);
 
     Fd socket_;
     proto::FrameParser parser_;
@@ -379,5 +393,8 @@ inline constexpr size_t kResyncEntropyBytes = 64;
 /// host's CLOCK_REALTIME now. Throws what resync() throws, and std::system_error if
 /// getrandom or clock_gettime fails.
 void resync_guest(AgentClient& client, const std::string& hostname = "");
+
+/// client.resync_ahead() with fresh entropy and the host's time, as resync_guest().
+void resync_guest_ahead(AgentClient& client, std::function<void(const AgentError&)> on_refused);
 
 }  // namespace nanovm::agent

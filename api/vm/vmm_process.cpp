@@ -349,10 +349,10 @@ private:
             throw ControlCommandError(fmt::format("cannot pause: the VM is {}", to_string(now)));
         const auto t0 = Clock::now();
         machine_.pause();
-        if (freeze_clock) frozen_clock_ = machine_.vm().clock().clock;
+        if (freeze_clock) machine_.hold_clock();
         const int64_t us = micros_since(t0);
         if (!life_.transition(VmState::running, VmState::paused)) {
-            frozen_clock_.reset();
+            machine_.forget_clock();
             machine_.resume();  // a stop came in meanwhile
             throw ControlCommandError(fmt::format("cannot pause: the VM is {}", to_string(life_.state())));
         }
@@ -365,14 +365,7 @@ private:
         if (now != VmState::paused)
             throw ControlCommandError(fmt::format("cannot resume: the VM is {}", to_string(now)));
         const auto t0 = Clock::now();
-        const bool set_back = frozen_clock_.has_value();
-        if (frozen_clock_) {
-            kvm_clock_data clock{};
-            clock.clock = *frozen_clock_;
-            clock.flags = 0;  // no KVM_CLOCK_REALTIME: continue from the pause instant
-            machine_.vm().set_clock(clock);
-            frozen_clock_.reset();
-        }
+        const bool set_back = machine_.release_clock();
         machine_.resume();
         const int64_t us = micros_since(t0);
         life_.transition(VmState::paused, VmState::running);
@@ -609,7 +602,6 @@ private:
     Machine& machine_;
     const json config_;  // what a snapshot keeps of how this VM was made (restored_boot_options reads it)
     Lifecycle& life_;
-    std::optional<uint64_t> frozen_clock_;  ///< kvmclock at a pause with freeze_clock (control thread)
     std::mutex snapshot_mutex_;
     std::vector<std::unique_ptr<snapshot::PendingSnapshot>> pending_;  // not yet known durable
     snapshot::ForkImage fork_layer_;  // the last fork's frozen layer, for its children to open

@@ -70,6 +70,31 @@ TEST_CASE("a host agent decodes RESYNC and answers EOPNOTSUPP without touching t
     CHECK(client.run(Command::program({"true"})).status.success());
 }
 
+TEST_CASE("a RESYNC sent ahead is answered before the next request and its refusal reaches its callback",
+          "[agent][resync]") {
+    AgentProcess agent;
+    AgentClient client = agent.connect();
+    std::vector<AgentError> refusals;
+    resync_guest_ahead(client, [&](const AgentError& e) { refusals.push_back(e); });
+    CHECK(refusals.empty());  // sent, not waited for
+    // The command after it on the same connection: the agent answers the RESYNC
+    // first, and the client reads that answer while it waits for the command.
+    const ExecResult result = client.run(Command::shell_command("echo after"));
+    CHECK(result.status.success());
+    CHECK(result.stdout_data == "after\n");
+    REQUIRE(refusals.size() == 1);
+    CHECK(refusals[0].errno_name() == "EOPNOTSUPP");
+    CHECK(refusals[0].message() == "resync: the agent is not running in a guest");
+    // Forgotten once answered: the connection goes on with nothing left in flight.
+    client.ping();
+    CHECK(client.run(Command::program({"true"})).status.success());
+    CHECK(refusals.size() == 1);
+    // Checked before anything is sent, as resync() is.
+    CHECK_THROWS_AS(client.resync_ahead(entropy(31), kSomeTimeNs, nullptr), std::invalid_argument);
+    CHECK_THROWS_AS(client.resync_ahead(entropy(64), -1, nullptr), std::invalid_argument);
+    client.ping();
+}
+
 TEST_CASE("the client refuses a RESYNC the agent would take as malformed", "[agent][resync]") {
     AgentProcess agent;
     AgentClient client = agent.connect();

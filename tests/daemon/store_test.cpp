@@ -211,6 +211,36 @@ TEST_CASE("store: a relaxed write is read back like a full one, and the next wri
     CHECK(r->labels == std::map<std::string, std::string>{{"k", "v"}});
 }
 
+TEST_CASE("store: a state flip writes state, error and updated_ms alone, and never brings a deleted record back",
+          "[daemon][store]") {
+    TempDir tmp;
+    Store store(tmp.path() + "/store.db");
+    SandboxRecord r;
+    r.id = "00000000-0000-4000-8000-0000000f11b5";
+    r.vm_id = "abcdef012345";
+    r.state = "running";
+    r.error = "an old error";
+    r.cpus = 2;
+    r.memory_mb = 512;
+    r.labels = {{"team", "ml"}};
+    r.end_at_ms = 5000;
+    r.created_ms = 100;
+    r.updated_ms = 200;
+    store.put_sandbox(r);
+    CHECK(store.set_sandbox_state(r.id, "sleeping", "", 300, Sync::relaxed));
+    SandboxRecord want = r;
+    want.state = "sleeping";
+    want.error = "";
+    want.updated_ms = 300;
+    CHECK(store.sandbox(r.id) == want);
+    CHECK(store.set_sandbox_state(r.id, "running", "", 400, Sync::full));
+    CHECK(store.sandbox(r.id)->state == "running");
+    CHECK(store.sandbox(r.id)->labels == r.labels);
+    store.delete_sandbox(r.id);
+    CHECK_FALSE(store.set_sandbox_state(r.id, "paused", "", 500, Sync::relaxed));
+    CHECK_FALSE(store.sandbox(r.id).has_value());
+}
+
 TEST_CASE("store: sandbox records round-trip, filter by state and label, page by id", "[daemon][store]") {
     TempDir tmp;
     Store store(tmp.path() + "/store.db");

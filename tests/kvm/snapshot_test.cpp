@@ -30,6 +30,7 @@
 #include "snapshot/memory_layer.hpp"
 #include "snapshot/prefetch_list.hpp"
 #include "snapshot/snapshot_dir.hpp"
+#include "snapshot/vm_state.hpp"
 #include "tests/kvm/probe.hpp"
 #include "tests/kvm/snapshot_child_path.hpp"
 #include "tests/kvm/snapshot_probe.hpp"
@@ -197,6 +198,29 @@ TEST_CASE("a counting probe snapshotted mid-run (memory copied in the background
         CHECK(out.at("stop").find("requested") != std::string::npos);
         if (std::string(backend) == "uffd") CHECK(std::stoul(out.at("uffd_faults")) > 0);
     }
+}
+
+TEST_CASE("a clock held across a pause is what a state captured meanwhile records, and is set back at the resume",
+          "[kvm][snapshot]") {
+    CountingProbe probe("nanovm-held-clock");
+    probe.machine.pause();
+    probe.machine.hold_clock();
+    const uint64_t held = *probe.machine.held_clock();
+    std::this_thread::sleep_for(200ms);
+    // KVM's clock ran on meanwhile (it follows the host); the captured state has the held instant.
+    CHECK(probe.machine.vm().clock().clock >= held + 150'000'000);
+    CHECK(snapshot::capture_vm_state(probe.kvm, probe.machine).clock.clock == held);
+    CHECK(probe.machine.release_clock());
+    CHECK_FALSE(probe.machine.held_clock().has_value());
+    const uint64_t after = probe.machine.vm().clock().clock;
+    CHECK(after >= held);
+    CHECK(after < held + 150'000'000);  // set back: the 200 ms paused are gone (emulated hosts are slow: < 150)
+    CHECK_FALSE(probe.machine.release_clock());  // nothing held any more
+    // Not held: the state records KVM's clock as it is.
+    CHECK(snapshot::capture_vm_state(probe.kvm, probe.machine).clock.clock >= after);
+    probe.machine.resume();
+    const uint32_t before = counter(probe.machine, 0);
+    CHECK(eventually([&] { return counter(probe.machine, 0) > before + 100; }));
 }
 
 TEST_CASE("a diff snapshot holds exactly the pages dirtied since the last one, device writes included; a restored VM "

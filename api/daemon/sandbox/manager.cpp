@@ -144,6 +144,15 @@ void SandboxManager::set_state(SandboxRecord& r, SandboxState state, const std::
     store_.put_sandbox(r, sync);
 }
 
+void SandboxManager::flip_state(SandboxRecord& r, SandboxState state) {
+    r.state = std::string(to_string(state));
+    r.error.clear();
+    r.updated_ms = store::now_ms();
+    // One UPDATE of three columns (the rest of the record is what the caller read
+    // under the sandbox's lock). No row: deleted meanwhile, and not brought back.
+    store_.set_sandbox_state(r.id, r.state, r.error, r.updated_ms, store::Sync::relaxed);
+}
+
 SandboxRecord SandboxManager::new_record(const CreateRequest& request) const {
     SandboxRecord r;
     r.id = new_uuid();

@@ -341,10 +341,11 @@ private:
     SandboxState state_of(const store::SandboxRecord& r) const;
     void set_state(store::SandboxRecord& r, SandboxState state, const std::string& error = "",
                    store::Sync sync = store::Sync::full);
-    /// A state flip of a live VMM (running, paused, sleeping): set_state with
+    /// A state flip of a live VMM (running, paused, sleeping): state, error (cleared)
+    /// and updated_ms set in `r` and written alone (Store::set_sandbox_state), with
     /// store::Sync::relaxed (a power loss ends every VMM, so the record is moot then),
     /// without the fsync each pause, resume, sleep and wake paid.
-    void flip_state(store::SandboxRecord& r, SandboxState state) { set_state(r, state, "", store::Sync::relaxed); }
+    void flip_state(store::SandboxRecord& r, SandboxState state);
     /// Records `records` (state creating) if they fit the caps; 503 over_capacity
     /// otherwise (nothing recorded).
     void reserve(const std::vector<store::SandboxRecord>& records);
@@ -408,8 +409,10 @@ private:
     /// then its slot's clock_behind is set.
     void resume_vmm(const store::SandboxRecord& r);
     /// If the sandbox's guest clock is behind (resume_vmm), steps its wall clock to
-    /// the host's (and reseeds its RNG: agent::resync_guest) over `client`, or over a
-    /// new connection when null. A refusal is logged, never thrown: the call goes on.
+    /// the host's and reseeds its RNG: sent ahead on `client` without waiting (the
+    /// agent does it before the call's own request: agent::resync_guest_ahead), or
+    /// over a new connection, waited for, when null. A refusal is logged, never
+    /// thrown: the call goes on.
     void step_clock_if_behind(const store::SandboxRecord& r, agent::AgentClient* client);
     /// Runs the request `start` makes on `client` to its end, its output into
     /// `sinks` (or collected), the agent's refusal to start it as exit 126/127 (or

@@ -93,11 +93,18 @@ void SandboxManager::step_clock_if_behind(const SandboxRecord& r, agent::AgentCl
     const auto t0 = Clock::now();
     try {
         if (client) {
-            agent::resync_guest(*client);  // no hostname: it keeps its own
-        } else {
-            agent::AgentClient own = vms_.agent(r.vm_id);
-            agent::resync_guest(own);
+            // Ahead of the call's own request on the same connection, not waited for
+            // apart: the agent steps the clock before it runs the call (one round
+            // trip less on a wake). A refusal is read with the call's answer.
+            agent::resync_guest_ahead(*client, [this, id = r.id](const agent::AgentError& e) {
+                log_line(fmt::format("sandbox {}: stepping the guest's clock after its sleep: {}", id, e.what()));
+            });
+            log_line(fmt::format("sandbox {}: guest clock step sent ahead of the waking call in {:.1f} ms", r.id,
+                                 ms_between(t0, Clock::now())));
+            return;
         }
+        agent::AgentClient own = vms_.agent(r.vm_id);
+        agent::resync_guest(own);  // no hostname: it keeps its own
     } catch (const std::exception& e) {
         log_line(fmt::format("sandbox {}: stepping the guest's clock after its sleep: {}", r.id, e.what()));
         return;

@@ -242,13 +242,15 @@ int Store::schema_version() {
 
 Store::SyncScope::SyncScope(Database& db, Sync sync) : db_(db), relaxed_(sync == Sync::relaxed) {
     // The connection's setting, for this scope's commits only (the store's mutex held).
-    if (relaxed_) db_.exec("PRAGMA synchronous=NORMAL");
+    // Prepared once and kept (Database::prepare's cache): a flip of a live VMM's state
+    // costs these two statements beside its UPDATE.
+    if (relaxed_) db_.prepare("PRAGMA synchronous=NORMAL").run();
 }
 
 Store::SyncScope::~SyncScope() {
     if (!relaxed_) return;
     try {
-        db_.exec("PRAGMA synchronous=FULL");
+        db_.prepare("PRAGMA synchronous=FULL").run();
     } catch (const std::exception&) {  // no I/O, no parse: cannot fail short of memory
     }
 }
@@ -276,6 +278,19 @@ void Store::put_sandbox(const SandboxRecord& r, Sync sync) {
         .bind(17, r.on_timeout)
         .bind(18, r.image_digest)
         .run();
+}
+
+bool Store::set_sandbox_state(const std::string& id, const std::string& state, const std::string& error,
+                              int64_t updated_ms, Sync sync) {
+    std::lock_guard lock(mutex_);
+    const SyncScope scope(db_, sync);
+    db_.prepare("UPDATE sandboxes SET state = ?, error = ?, updated_ms = ? WHERE id = ?")
+        .bind(1, state)
+        .bind(2, error)
+        .bind(3, updated_ms)
+        .bind(4, id)
+        .run();
+    return db_.changes() > 0;
 }
 
 std::optional<SandboxRecord> Store::sandbox(const std::string& id) {

@@ -166,6 +166,12 @@ public:
     // Sandboxes.
     /// Inserts or replaces the record.
     void put_sandbox(const SandboxRecord& record, Sync sync = Sync::full);
+    /// Sets only the state, error and updated_ms of sandbox `id` (one UPDATE of its
+    /// row, not the whole record: the flips of a live VMM, pause, resume, sleep and
+    /// wake, whose other fields the caller holds unchanged under the sandbox's lock).
+    /// False if there is no such sandbox.
+    bool set_sandbox_state(const std::string& id, const std::string& state, const std::string& error,
+                           int64_t updated_ms, Sync sync);
     std::optional<SandboxRecord> sandbox(const std::string& id);
     std::vector<SandboxRecord> sandboxes(const SandboxFilter& filter);
     std::vector<SandboxRecord> all_sandboxes();
