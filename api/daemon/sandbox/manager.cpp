@@ -237,8 +237,12 @@ SandboxRecord SandboxManager::launch(SandboxRecord record, const std::string& re
     }
     const auto t1 = Clock::now();
     record.vm_id = started.vm_id;
+    // One fsync, not three: the directory and its references first, relaxed, then the
+    // running record, full, whose commit makes the earlier ones durable with it (WAL
+    // frames reach the disk in order). Cut between them, the record is still
+    // `creating` without a vm_id, and recovery stops and releases the directory it owns.
+    store::track_dir(store_, started.dir, "vm", record.id, store::Sync::relaxed);
     set_state(record, SandboxState::running);
-    store::track_dir(store_, started.dir, "vm", record.id);
     if (timing) {
         timing->vm_ms = ms_between(t0, t1);
         timing->store_ms = ms_between(t1, Clock::now());

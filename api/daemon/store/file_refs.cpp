@@ -76,9 +76,9 @@ std::vector<std::string> external_files(const std::string& dir) {
     return {out.begin(), out.end()};
 }
 
-void track_dir(Store& store, const std::string& dir, const std::string& kind, const std::string& owner) {
-    store.add_dir(dir, kind, owner);
-    store.add_refs(dir, external_files(dir));
+void track_dir(Store& store, const std::string& dir, const std::string& kind, const std::string& owner, Sync sync) {
+    store.add_dir(dir, kind, owner, sync);
+    store.add_refs(dir, external_files(dir), sync);
 }
 
 std::vector<std::string> release_and_collect(Store& store, const std::string& dir) {

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-namespace nanovm::daemon::store {
+#include "api/daemon/store/store.hpp"
 
-class Store;
+namespace nanovm::daemon::store {
 
 /// The files outside `dir` that the layer files in `dir` name as parents (their
 /// chains followed through `dir`'s own files), and the memory layers its manifest's
@@ -20,8 +20,10 @@ class Store;
 std::vector<std::string> external_files(const std::string& dir);
 
 /// Records `dir` (kind "vm", "snapshot" or "fork") with its external files as
-/// references, in one go.
-void track_dir(Store& store, const std::string& dir, const std::string& kind, const std::string& owner);
+/// references, in one go; `sync` as Store::add_dir (relaxed: a full write must follow
+/// before anyone is answered).
+void track_dir(Store& store, const std::string& dir, const std::string& kind, const std::string& owner,
+               Sync sync = Sync::full);
 
 /// Marks `dir` released, then removes from disk every directory the store's
 /// collect() gives (and forgets it). Returns the directories removed.

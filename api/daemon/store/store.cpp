@@ -394,8 +394,9 @@ void Store::add_dir(const std::string& path, const std::string& kind, const std:
         .run();
 }
 
-void Store::add_refs(const std::string& from_dir, const std::vector<std::string>& to_paths) {
+void Store::add_refs(const std::string& from_dir, const std::vector<std::string>& to_paths, Sync sync) {
     std::lock_guard lock(mutex_);
+    const SyncScope scope(db_, sync);
     Database::Transaction tx(db_);
     for (const std::string& p : to_paths)
         db_.prepare("INSERT OR IGNORE INTO dir_refs (from_dir, to_path) VALUES (?, ?)").bind(1, from_dir).bind(2, p).run();

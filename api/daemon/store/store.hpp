@@ -208,7 +208,7 @@ public:
     /// Records a directory (kept until released and unreferenced).
     void add_dir(const std::string& path, const std::string& kind, const std::string& owner, Sync sync = Sync::full);
     /// Records that files of `from_dir` name `to_paths` (absolute; duplicates ignored).
-    void add_refs(const std::string& from_dir, const std::vector<std::string>& to_paths);
+    void add_refs(const std::string& from_dir, const std::vector<std::string>& to_paths, Sync sync = Sync::full);
     /// The owner of `path` is gone: remove it once nothing references it.
     void release_dir(const std::string& path);
     /// Marks every released directory that no kept directory references as
