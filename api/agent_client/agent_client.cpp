@@ -80,9 +80,10 @@ struct AgentClient::Pending {
     uint64_t job = 0;
     proto::JobList jobs;
     JobOutputCallback on_job_output;
-    /// A request nobody waits for (resync_ahead): called when its answer comes (the
-    /// agent's refusal, or nullopt for OK); the request is then forgotten.
-    std::function<void(const std::optional<proto::ErrorReport>&)> on_detached_end;
+    /// A request nobody waits for (resync_ahead): forgotten when its answer comes,
+    /// which goes to `on_refused` if it is the agent's refusal.
+    bool detached = false;
+    std::function<void(const AgentError&)> on_refused;
 };
 
 namespace {
@@ -230,7 +231,6 @@ void AgentClient::read_some() {
             if (status != proto::FrameParser::Status::kFrame)
                 throw ConnectionError("the agent sent a malformed frame (bad type or length)");
             handle(frame);
-            end_detached(frame.id);
         }
         if (n == 0) throw ConnectionError("the agent closed the connection");
         if (n < 0) throw ConnectionError(std::string("receive from the agent: ") + std::strerror(errno));
@@ -307,6 +307,17 @@ void AgentClient::handle(const proto::Frame& frame) {
     if (p.done || !fits(p.kind, frame.type))
         throw ConnectionError(std::string("unexpected ") + proto::message_type_name(frame.type) + " for request " +
                               std::to_string(frame.id));
+    if (p.detached) {
+        // Nobody waits for it (resync_ahead): its one answer (OK or ERROR, as fits()
+        // checked) ends it here.
+        const auto on_refused = std::move(p.on_refused);
+        pending_.erase(it);
+        if (frame.type == MessageType::kError && on_refused) {
+            const auto e = decoded<proto::ErrorReport>(frame);
+            on_refused(AgentError(e.errno_name, e.message));
+        }
+        return;
+    }
     switch (frame.type) {
         case MessageType::kStdout:
             if (p.callbacks.on_stdout)
@@ -376,14 +387,6 @@ void AgentClient::handle(const proto::Frame& frame) {
         default:
             throw ConnectionError(std::string("unexpected ") + proto::message_type_name(frame.type));
     }
-}
-
-void AgentClient::end_detached(uint32_t id) {
-    const auto it = pending_.find(id);
-    if (it == pending_.end() || !it->second->done || !it->second->on_detached_end) return;
-    const Pending p = std::move(*it->second);
-    pending_.erase(it);
-    p.on_detached_end(p.error);
 }
 
 void AgentClient::wait_done(RequestId id) {
@@ -668,10 +671,9 @@ void AgentClient::resync_ahead(std::span<const uint8_t> entropy, int64_t wall_cl
                                std::function<void(const AgentError&)> on_refused) {
     const std::string payload = resync_payload(entropy, wall_clock_ns, "");
     const RequestId id = next_id();
-    add_pending(id, Pending::kOk).on_detached_end = [on_refused = std::move(on_refused)](
-                                                         const std::optional<proto::ErrorReport>& error) {
-        if (error && on_refused) on_refused(AgentError(error->errno_name, error->message));
-    };
+    Pending& p = add_pending(id, Pending::kOk);
+    p.detached = true;
+    p.on_refused = std::move(on_refused);
     send(MessageType::kResync, id, payload);
 }
 

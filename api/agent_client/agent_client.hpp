@@ -368,8 +368,6 @@ private:
     /// RESYNC's payload; throws as resync() does.
     std::string resync_payload(std::span<const uint8_t> entropy, int64_t wall_clock_ns,
                                const std::string& hostname) const;
-    /// Forgets request `id` if it is a detached one that has ended, calling its callback.
-    void end_detached(uint32_t id);
 
     Fd socket_;
     proto::FrameParser parser_;
