@@ -10,6 +10,7 @@
 
 #include <cerrno>
 
+#include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -107,7 +108,15 @@ size_t lz4_block_decompress(std::span<const uint8_t> in, std::span<uint8_t> out)
             std::memcpy(op, from, length);
             op += length;
         } else {
-            while (length--) *op++ = *from++;  // overlapping: repeats the last `offset` bytes
+            // Overlapping: repeats the last `offset` bytes. [from, op) holds whole
+            // periods of that pattern, so it is copied after itself, doubling each
+            // time (runs of one byte, the kernel's padding, are long).
+            while (length > 0) {
+                const uint64_t n = std::min<uint64_t>(length, static_cast<uint64_t>(op - from));
+                std::memcpy(op, from, n);
+                op += n;
+                length -= n;
+            }
         }
     }
     return static_cast<size_t>(op - out.data());
