@@ -234,6 +234,18 @@ std::span<uint8_t> GuestMemory::slice(Gpa gpa, uint64_t len) {
     return {const_cast<uint8_t*>(view.data()), view.size()};
 }
 
+void GuestMemory::prefault_for_write(Gpa gpa, uint64_t len) {
+#ifndef MADV_POPULATE_WRITE
+    constexpr int MADV_POPULATE_WRITE = 23;  // Linux 5.14 (uapi asm-generic/mman-common.h)
+#endif
+    if (len == 0) return;
+    const std::span<uint8_t> range = slice(gpa, len);
+    const uintptr_t page = 4096;
+    const uintptr_t start = reinterpret_cast<uintptr_t>(range.data()) & ~(page - 1);
+    const uintptr_t end = reinterpret_cast<uintptr_t>(range.data()) + range.size();
+    (void)::madvise(reinterpret_cast<void*>(start), end - start, MADV_POPULATE_WRITE);
+}
+
 void GuestMemory::write_bytes(Gpa gpa, std::span<const uint8_t> bytes) {
     if (bytes.empty()) return;
     std::memcpy(slice(gpa, bytes.size()).data(), bytes.data(), bytes.size());

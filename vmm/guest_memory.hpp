@@ -163,6 +163,12 @@ public:
 
     /// Copies bytes into guest RAM at gpa. Throws Error if out of range.
     void write_bytes(Gpa gpa, std::span<const uint8_t> bytes);
+
+    /// Faults [gpa, gpa + len) in for writing in one call (MADV_POPULATE_WRITE),
+    /// before a large copy into it: one system call instead of a page fault per
+    /// 4 KiB page. Best effort (a kernel before 5.14 just faults page by page);
+    /// throws Error if out of range.
+    void prefault_for_write(Gpa gpa, uint64_t len);
     /// Writes a trivially copyable object at gpa (unaligned is fine).
     template <typename T>
     void write(Gpa gpa, const T& value) {

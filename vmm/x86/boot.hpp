@@ -39,6 +39,7 @@ struct LoadedKernel {
     Gpa load_start;        ///< first byte of the loaded kernel
     Gpa load_end;          ///< one past the last byte the kernel occupies (incl. init_size/bss)
     bool bzimage = false;  ///< true: bzImage (setup header copied), false: ELF vmlinux
+    bool unpacked_bzimage = false;  ///< an ELF vmlinux the VMM unpacked from a bzImage (bzimage false)
     uint16_t protocol_version = 0;  ///< boot protocol from the setup header; 0 for ELF
     uint64_t initrd_addr_max = 0;   ///< highest address the initrd may occupy (inclusive, as the boot protocol's field)
     std::vector<uint8_t> setup_header;  ///< bzImage: bytes 0x1f1.. of the image to copy into boot_params
@@ -47,7 +48,9 @@ struct LoadedKernel {
 /// Detects the format (bzImage by the "HdrS" magic at 0x202, ELF64 by its magic) and
 /// loads it: bzImage protected-mode code at 1 MiB (needs boot protocol >= 2.12, the
 /// first with xloadflags, and XLF_KERNEL_64), ELF PT_LOAD segments at their physical
-/// addresses (p_paddr, all at or above 1 MiB; a virtual e_entry is translated).
+/// addresses (p_paddr, all at or above 1 MiB; a virtual e_entry is translated). A
+/// bzImage whose payload is an LZ4-compressed bare vmlinux is unpacked here and loaded
+/// as that ELF (unpacked_bzimage), so the guest skips its decompressor.
 /// Nothing is written to guest memory unless the whole image is valid.
 /// Throws Error("kernel image: <why>") for anything malformed, truncated, or that does
 /// not fit in guest RAM.

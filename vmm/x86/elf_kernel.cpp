@@ -85,6 +85,7 @@ LoadedKernel load_elf(GuestMemory& mem, std::span<const uint8_t> image) {
     LoadedKernel kernel;
     kernel.load_start = Gpa(UINT64_MAX);
     for (const auto& s : segments) {
+        mem.prefault_for_write(Gpa(s.paddr), s.memsz);  // ~20 MiB for a kernel: ~5,000 page faults less
         mem.write_bytes(Gpa(s.paddr), image.subspan(s.offset, s.filesz));
         auto bss = mem.slice(Gpa(s.paddr + s.filesz), s.memsz - s.filesz);
         std::fill(bss.begin(), bss.end(), uint8_t{0});

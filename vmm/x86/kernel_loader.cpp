@@ -26,7 +26,16 @@ uint64_t checked_add(uint64_t a, uint64_t b, std::string_view what) {
 LoadedKernel load_kernel(GuestMemory& mem, std::span<const uint8_t> image) {
     if (image.empty()) detail::image_error("the file is empty");
     if (detail::is_elf(image)) return detail::load_elf(mem, image);
-    if (detail::is_bzimage(image)) return detail::load_bzimage(mem, image);
+    if (detail::is_bzimage(image)) {
+        // Its vmlinux unpacked by the VMM where it can (LZ4, nothing appended), else
+        // the guest's decompressor runs.
+        if (const std::optional<detail::UnpackedKernel> vmlinux = detail::unpack_bzimage_vmlinux(image)) {
+            LoadedKernel kernel = detail::load_elf(mem, vmlinux->span());
+            kernel.unpacked_bzimage = true;
+            return kernel;
+        }
+        return detail::load_bzimage(mem, image);
+    }
     detail::image_error(fmt::format("not a bzImage (no \"HdrS\" at 0x202) nor an ELF file ({} bytes)", image.size()));
 }
 
