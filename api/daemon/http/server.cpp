@@ -241,12 +241,7 @@ private:
 
     // From any thread: sends `response` (and with a stream, runs its producer here).
     void reply(Response response) {
-        if (!response.stream) {
-            net::post(stream_.get_executor(), [self = this->shared_from_this(), r = std::move(response)]() mutable {
-                self->write_whole(std::move(r));
-            });
-            return;
-        }
+        if (!response.stream) return send_whole(std::move(response));
         auto state = std::make_shared<StreamState>();
         auto producer = std::move(response.stream);
         net::post(stream_.get_executor(), [self = this->shared_from_this(), state, r = std::move(response)]() mutable {
@@ -305,20 +300,64 @@ private:
         m.keep_alive(keep_alive_);
     }
 
-    void write_whole(Response r) {
-        route_ = r.route;
-        auto res = std::make_shared<bhttp::response<bhttp::string_body>>(static_cast<bhttp::status>(r.status), 11);
-        set_fields(*res, r);
-        res->body() = std::move(r.body);
-        res->prepare_payload();
-        stream_.expires_after(options().write_timeout);
-        bhttp::async_write(stream_, *res,
-                           [self = this->shared_from_this(), res, status = r.status,
-                            code = std::move(r.error_code)](beast::error_code ec, std::size_t) {
-                               self->observe(status, code);
-                               if (ec || !self->keep_alive_) return self->close();
-                               self->read_header();
-                           });
+    // A whole response, from the thread that made it (a worker, or the I/O thread for
+    // a route that needs none): serialized, and sent at once for as much as the socket
+    // takes without waiting, so the client has its answer without a hop to the I/O
+    // thread first (under emulation that hop, a wake-up and a context switch, was a
+    // large part of a short request). Safe from another thread: while a request is
+    // being answered the connection has no operation pending (the next read starts
+    // after the answer), and `self` keeps the socket open. The rest, if any, the
+    // metrics and the next read go to the connection's strand.
+    void send_whole(Response r) {
+        auto wire = std::make_shared<std::string>(serialize(r));
+        size_t sent = 0;
+        const int fd = stream_.socket().native_handle();
+        while (sent < wire->size()) {
+            const ssize_t n = ::send(fd, wire->data() + sent, wire->size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (n > 0)
+                sent += static_cast<size_t>(n);
+            else if (n < 0 && errno == EINTR)
+                continue;
+            else
+                break;  // full (EAGAIN) or failed: the strand's write finishes it or sees the error
+        }
+        net::post(stream_.get_executor(), [self = this->shared_from_this(), wire, sent, status = r.status,
+                                           code = std::move(r.error_code), route = std::move(r.route)]() mutable {
+            self->route_ = std::move(route);
+            if (sent == wire->size()) return self->after_write({}, status, code);
+            self->stream_.expires_after(self->options().write_timeout);
+            net::async_write(self->stream_, net::buffer(wire->data() + sent, wire->size() - sent),
+                             [self, wire, status, code](beast::error_code ec, std::size_t) {
+                                 self->after_write(ec, status, code);
+                             });
+        });
+    }
+
+    // The bytes of a whole response: status line, headers (Content-Length, or none
+    // where the status has no body), body.
+    std::string serialize(Response& r) {
+        bhttp::response<bhttp::string_body> res(static_cast<bhttp::status>(r.status), 11);
+        set_fields(res, r);
+        res.body() = std::move(r.body);
+        res.prepare_payload();
+        bhttp::response_serializer<bhttp::string_body> serializer(res);
+        std::string out;
+        out.reserve(256 + res.body().size());
+        beast::error_code ec;
+        do {
+            serializer.next(ec, [&](beast::error_code&, const auto& buffers) {
+                for (const auto b : beast::buffers_range_ref(buffers))
+                    out.append(static_cast<const char*>(b.data()), b.size());
+                serializer.consume(beast::buffer_bytes(buffers));
+            });
+        } while (!ec && !serializer.is_done());
+        return out;
+    }
+
+    void after_write(beast::error_code ec, int status, const std::string& code) {
+        observe(status, code);
+        if (ec || !keep_alive_) return close();
+        read_header();
     }
 
     void stream_begin(const std::shared_ptr<StreamState>& state, Response r) {
@@ -460,7 +499,8 @@ private:
 }  // namespace
 
 struct Server::Impl {
-    net::io_context ioc;
+    explicit Impl(unsigned io_threads) : ioc(static_cast<int>(io_threads < 1 ? 1 : io_threads)) {}
+    net::io_context ioc;  ///< its concurrency hint: the I/O threads (1: asio wakes no other one for its own posts)
     std::shared_ptr<Shared> shared;
     std::optional<local::acceptor> unix_acceptor;
     std::optional<tcp::acceptor> tcp_acceptor;
@@ -492,7 +532,8 @@ struct Server::Impl {
     }
 };
 
-Server::Server(ServerOptions options, Dispatcher dispatcher, Observer observer) : impl_(std::make_unique<Impl>()) {
+Server::Server(ServerOptions options, Dispatcher dispatcher, Observer observer)
+    : impl_(std::make_unique<Impl>(options.io_threads)) {
     impl_->shared = std::make_shared<Shared>(Shared{std::move(options), std::move(dispatcher), std::move(observer)});
     const ServerOptions& o = impl_->shared->options;
     try {
