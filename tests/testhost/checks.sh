@@ -23,6 +23,18 @@ testhost_tools=$(cd "$(dirname "$0")/../../tools/testhost" && pwd)
 [ "${NANOVM_TESTHOST_TRACE:-1}" = 0 ] || "$testhost_tools/kvm-trace" start 2>/dev/null ||
   echo "# kvm-trace: the kvm tracepoints could not be enabled"
 
+# NANOVM_TESTHOST_SHMEM_THP=advise (or always, within_size): the test host's
+# transparent_hugepage/shmem_enabled for this run (Linux's default is never), so that
+# nanovm's madvise(MADV_HUGEPAGE)d memfd guest RAM gets 2 MiB pages: for testing every
+# section on huge-page guest RAM (README "Guest RAM and huge pages"). The THP counters
+# of /proc/vmstat at the end show how much of it happened.
+thp_sysfs=/sys/kernel/mm/transparent_hugepage
+if [ -n "${NANOVM_TESTHOST_SHMEM_THP:-}" ]; then
+  echo "$NANOVM_TESTHOST_SHMEM_THP" >"$thp_sysfs/shmem_enabled" ||
+    { echo "Bail out! cannot set $thp_sysfs/shmem_enabled to $NANOVM_TESTHOST_SHMEM_THP"; exit 2; }
+fi
+echo "# test host THP: enabled $(cat "$thp_sysfs/enabled" 2>/dev/null), shmem_enabled $(cat "$thp_sysfs/shmem_enabled" 2>/dev/null)"
+
 n=0 failed=0
 ok()     { n=$((n + 1)); echo "ok $n - $*"; }
 not_ok() { n=$((n + 1)); failed=$((failed + 1)); echo "not ok $n - $*"; }
@@ -180,6 +192,7 @@ if [ "$failed" != 0 ] && oops=$(dmesg 2>/dev/null | grep -v 'traps:' | grep -m 1
   exit 125
 fi
 
+echo "# test host THP counters at the end: $(grep -E '^thp_(file|split|fault|collapse)' /proc/vmstat 2>/dev/null | tr '\n' ' ')"
 # The plan comes last (TAP allows it at the end): every check above counts.
 echo "1..$n"
 [ "$failed" = 0 ]
