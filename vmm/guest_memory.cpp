@@ -47,7 +47,8 @@ MemoryRegion map_region(Gpa gpa, uint64_t size, uint32_t slot) {
     region.memfd = Fd(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
     if (!region.memfd) throw_errno("memfd_create");
     if (::ftruncate(region.memfd.get(), static_cast<off_t>(size)) != 0) throw_errno("ftruncate(guest RAM)");
-    // 2 MiB aligned, so that a fork's mremap moves whole page tables (move_pgt_entry).
+    // 2 MiB aligned, so that a fork's mremap moves whole page tables (move_pgt_entry)
+    // and huge pages can back it.
     uint8_t* at = reserve_aligned(size, /*guard_below=*/true);
     void* host = ::mmap(at, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE | MAP_FIXED,
                         region.memfd.get(), 0);
@@ -57,6 +58,12 @@ MemoryRegion map_region(Gpa gpa, uint64_t size, uint32_t slot) {
         throw SysError("mmap(guest RAM)", err);
     }
     region.host = static_cast<uint8_t*>(host);
+    // Transparent huge pages for guest RAM where the host gives shmem huge pages on
+    // request (/sys/kernel/mm/transparent_hugepage/shmem_enabled "advise"; "always" and
+    // "within_size" need no request; "never", Linux's default, ignores it). KVM maps
+    // the guest's 2 MiB pages in one nested page fault each instead of 512: a boot
+    // touches ~40 MiB, ~8k faults at 4 KiB. Failure only costs that speed.
+    (void)::madvise(host, size, MADV_HUGEPAGE);
     return region;
 }
 

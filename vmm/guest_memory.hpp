@@ -73,7 +73,10 @@ public:
     static std::vector<Extent> layout(uint64_t ram_bytes);
 
     /// Creates and maps the regions. `ram_bytes` must be a positive multiple of
-    /// kPageSize. Throws SysError (memfd_create, ftruncate, mmap) or Error.
+    /// kPageSize. Each region is a memfd mapped MAP_SHARED at a 2 MiB aligned address,
+    /// madvise(MADV_HUGEPAGE)d (huge pages where the host's shmem_enabled allows them),
+    /// with a PROT_NONE page kept below it. Throws SysError (memfd_create, ftruncate,
+    /// mmap) or Error.
     static GuestMemory create(uint64_t ram_bytes);
 
     GuestMemory() = default;

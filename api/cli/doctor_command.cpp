@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -99,8 +100,28 @@ DaemonStatus daemon_status() {
     return d;
 }
 
+constexpr const char* kShmemEnabledPath = "/sys/kernel/mm/transparent_hugepage/shmem_enabled";
+
+/// The selected word of transparent_hugepage/shmem_enabled ("always within_size
+/// [advise] never deny force" -> "advise"); nullopt if the file is missing or odd.
+std::optional<std::string> shmem_enabled() {
+    std::ifstream in(kShmemEnabledPath);
+    std::string text;
+    if (!std::getline(in, text)) return std::nullopt;
+    const size_t open = text.find('['), close = text.find(']');
+    if (open == std::string::npos || close == std::string::npos || close < open) return std::nullopt;
+    return text.substr(open + 1, close - open - 1);
+}
+
+/// Whether guest RAM (a memfd that nanovm madvise(MADV_HUGEPAGE)s) gets huge pages.
+bool shmem_huge_pages(const std::optional<std::string>& setting) {
+    return setting && (*setting == "advise" || *setting == "always" || *setting == "within_size" ||
+                       *setting == "force");
+}
+
 struct Report {
     KvmHostInfo host;
+    std::optional<std::string> shmem_enabled;  // see shmem_enabled()
     std::optional<std::string> open_error;  // why /dev/kvm did not open
     int api_version = 0;
     std::vector<std::pair<const Capability*, int>> capabilities;
@@ -112,6 +133,7 @@ struct Report {
 Report gather() {
     Report report;
     report.host = detect_kvm_host();
+    report.shmem_enabled = shmem_enabled();
     if (report.host.dev_kvm_exists) {
         try {
             const Kvm kvm = Kvm::open();
@@ -168,6 +190,11 @@ void print_text(const Report& r) {
     } else {
         fmt::print("Capabilities\n  (not known: /dev/kvm could not be opened)\n");
     }
+    fmt::print("Host\n");
+    if (shmem_huge_pages(r.shmem_enabled))
+        fmt::print("  {:<28} yes (shmem_enabled: {})\n", "guest RAM huge pages", *r.shmem_enabled);
+    else
+        fmt::print("  {:<28} no (shmem_enabled: {})\n", "guest RAM huge pages", r.shmem_enabled.value_or("unknown"));
     fmt::print("Guest\n");
     fmt::print("  {:<28} {}\n", "kernel", file_line(r.kernel, kBuildKernelCommand));
     fmt::print("  {:<28} {}\n", "initramfs", file_line(r.initrd, kBuildInitrdCommand));
@@ -203,6 +230,9 @@ void print_json(const Report& r) {
             o["build_command"] = build;
         return o;
     };
+    j["host"]["shmem_enabled"] =
+        r.shmem_enabled ? nlohmann::ordered_json(*r.shmem_enabled) : nlohmann::ordered_json(nullptr);
+    j["host"]["guest_ram_huge_pages"] = shmem_huge_pages(r.shmem_enabled);
     j["guest"]["kernel"] = file(r.kernel, kBuildKernelCommand);
     j["guest"]["initramfs"] = file(r.initrd, kBuildInitrdCommand);
     j["daemon"] = {{"endpoint", r.daemon.endpoint}, {"answers", r.daemon.answers}, {"detail", r.daemon.detail}};

@@ -23,6 +23,51 @@ testhost_tools=$(cd "$(dirname "$0")/../../tools/testhost" && pwd)
 [ "${NANOVM_TESTHOST_TRACE:-1}" = 0 ] || "$testhost_tools/kvm-trace" start 2>/dev/null ||
   echo "# kvm-trace: the kvm tracepoints could not be enabled"
 
+# NANOVM_TESTHOST_SHMEM_THP=advise (or always, within_size): the test host's
+# transparent_hugepage/shmem_enabled for this run (Linux's default is never), so that
+# nanovm's madvise(MADV_HUGEPAGE)d memfd guest RAM gets 2 MiB pages: for testing every
+# section on huge-page guest RAM (README "Guest RAM and huge pages"). The THP counters
+# of /proc/vmstat at the end show how much of it happened.
+thp_sysfs=/sys/kernel/mm/transparent_hugepage
+if [ -n "${NANOVM_TESTHOST_SHMEM_THP:-}" ]; then
+  echo "$NANOVM_TESTHOST_SHMEM_THP" >"$thp_sysfs/shmem_enabled" ||
+    { echo "Bail out! cannot set $thp_sysfs/shmem_enabled to $NANOVM_TESTHOST_SHMEM_THP"; exit 2; }
+fi
+# NANOVM_TESTHOST_KHUGEPAGED_MAX_PTES_NONE=N: khugepaged's max_ptes_none for the run
+# (default 511: it may collapse a 2 MiB range with up to 511 holes, filling them with
+# zeros; 0: only ranges with every page present).
+if [ -n "${NANOVM_TESTHOST_KHUGEPAGED_MAX_PTES_NONE:-}" ]; then
+  echo "$NANOVM_TESTHOST_KHUGEPAGED_MAX_PTES_NONE" >"$thp_sysfs/khugepaged/max_ptes_none" ||
+    { echo "Bail out! cannot set $thp_sysfs/khugepaged/max_ptes_none"; exit 2; }
+fi
+# NANOVM_TESTHOST_SPY=S: every S seconds, what each nanovm process and khugepaged is
+# doing (state, wchan, kernel stack), the THP counters and the test host's kernel log's
+# end, appended to $NANOVM_TESTHOST_KEEP/spy.log (9p writes are synchronous: it
+# survives a run killed at a stall or timeout), for finding where a section hangs.
+if [ -n "${NANOVM_TESTHOST_SPY:-}" ] && [ -n "${NANOVM_TESTHOST_KEEP:-}" ]; then
+  (
+    while sleep "$NANOVM_TESTHOST_SPY"; do
+      {
+        echo "=== $(cat /proc/uptime)"
+        ps -eo pid,stat,wchan:32,etimes,args | grep -E 'nanovm|khugepaged|kcompactd|checks.sh|snapshot_checks' | grep -v grep | cut -c1-220
+        for pid in $(pgrep -f 'nanovm' ) $(pgrep khugepaged); do
+          for t in /proc/$pid/task/*; do
+            st=$(cat "$t/stack" 2>/dev/null | head -12 | tr '\n' '|')
+            [ -n "$st" ] && echo "  $pid/${t##*/} $(cat "$t/comm" 2>/dev/null) $(awk '{print $3}' "$t/stat" 2>/dev/null): $st"
+          done
+        done
+        grep -E '^thp_|^nr_shmem_hugepages|^nr_file_hugepages' /proc/vmstat | tr '\n' ' '; echo
+        for f in $(ls -t "${NANOVM_RUN_DIR:-/nonexistent}"/vms/*/vmm.log "$work"/*/*.err 2>/dev/null | head -n 4); do
+          echo "-- $f"; tail -n 4 "$f" | cut -c1-300
+        done
+        dmesg | tail -n 5
+      } >>"$NANOVM_TESTHOST_KEEP/spy.log" 2>&1
+    done
+  ) &
+  echo "# spy: every $NANOVM_TESTHOST_SPY s into \$NANOVM_TESTHOST_KEEP/spy.log"
+fi
+echo "# test host THP: enabled $(cat "$thp_sysfs/enabled" 2>/dev/null), shmem_enabled $(cat "$thp_sysfs/shmem_enabled" 2>/dev/null), khugepaged max_ptes_none $(cat "$thp_sysfs/khugepaged/max_ptes_none" 2>/dev/null)"
+
 n=0 failed=0
 ok()     { n=$((n + 1)); echo "ok $n - $*"; }
 not_ok() { n=$((n + 1)); failed=$((failed + 1)); echo "not ok $n - $*"; }
@@ -180,6 +225,7 @@ if [ "$failed" != 0 ] && oops=$(dmesg 2>/dev/null | grep -v 'traps:' | grep -m 1
   exit 125
 fi
 
+echo "# test host THP counters at the end: $(grep -E '^thp_(file|split|fault|collapse)' /proc/vmstat 2>/dev/null | tr '\n' ' ')"
 # The plan comes last (TAP allows it at the end): every check above counts.
 echo "1..$n"
 [ "$failed" = 0 ]

@@ -17,6 +17,11 @@ memory, which gets transparent huge pages under the host's default; nanovm's is 
 memfd (its snapshots and forks freeze it), which gets none under Linux's default
 shmem_enabled "never": KVM then takes one nested page fault per 4 KiB the guest
 touches (~10,300 by the ready line in the test host, QEMU ~350: --save's counters).
+nanovm madvise(MADV_HUGEPAGE)s its RAM, so with shmem_enabled "advise" (or "always"/
+"within_size") it gets huge pages too. The bench leaves the host as it is; --shmem-thp
+advise (test host only: a throwaway VM where it runs as root) sets "advise" for its
+run. The JSON names the setting (host_shmem_enabled) and how much guest RAM huge
+pages map (*_ram_huge_mib).
 
 --save DIR, for finding where boot time and memory go (not for the figures): at the
 ready line each run also keeps the VMM's /proc/PID/smaps (DIR/<system>-<run>.smaps)
@@ -42,6 +47,17 @@ GUEST_MIB = 512
 # After its ready line the guest idles in a console shell; the harness samples RSS,
 # then kills the VMM (QEMU microvm has no i8042, so it could not see a reboot=k reset).
 BASE_CMDLINE = "console=ttyS0 reboot=k panic=-1 quiet"
+SHMEM_ENABLED = "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
+
+
+def shmem_enabled():
+    """The host's shmem THP setting (the bracketed word), or "unknown"."""
+    try:
+        with open(SHMEM_ENABLED) as f:
+            m = re.search(r"\[(\w+)\]", f.read())
+        return m.group(1) if m else "unknown"
+    except OSError:
+        return "unknown"
 
 
 def guest_ram_rss_kib(pid, guest_bytes):
@@ -204,7 +220,16 @@ def main():
                     "as DIR/<system>-<run>.{dmesg,smaps,kvm} (relative: under $NANOVM_TESTHOST_KEEP "
                     "in the test host)")
     ap.add_argument("--append", default="", help="kernel parameters added to both command lines")
+    ap.add_argument("--shmem-thp", choices=["host", "advise"], default="host",
+                    help="advise: set the host's shmem_enabled to advise for the run (test host only), "
+                    "so that nanovm's madvise(MADV_HUGEPAGE)d memfd RAM gets huge pages")
     args = ap.parse_args()
+    if args.shmem_thp == "advise":
+        if args.where != "testhost":
+            sys.exit("--shmem-thp advise changes a host-wide setting: only in the test host")
+        with open(SHMEM_ENABLED, "w") as f:
+            f.write("advise")
+    thp = shmem_enabled()
     guest_bytes = GUEST_MIB * 1024 * 1024
     cmdline = BASE_CMDLINE + (" " + args.append if args.append else "")
     if args.save:
@@ -240,11 +265,11 @@ def main():
             results[name]["rss"].append(rss)
 
     out = {"case": "boot", "where": args.where, "runs": args.runs, "guest_mib": GUEST_MIB,
-           "cpus": args.cpus, "devices": "serial,rtc,virtio-rng"}
+           "cpus": args.cpus, "devices": "serial,rtc,virtio-rng", "host_shmem_enabled": thp}
     if args.append:
         out["cmdline_append"] = args.append
     print(f"boot benchmark ({args.where}, {args.runs} interleaved runs, {args.cpus} vCPU, "
-          f"{GUEST_MIB} MiB, medians; both: serial, RTC, virtio-rng)")
+          f"{GUEST_MIB} MiB, medians; both: serial, RTC, virtio-rng; host shmem THP: {thp})")
     print(f"{'system':8} {'exec->ready ms':>15} {'guest uptime ms':>16} {'RSS overhead MiB':>17} "
           f"{'of it anon MiB':>15} {'RAM in huge pages MiB':>22} {'failed':>7}")
     for name, r in results.items():

@@ -46,7 +46,7 @@ Vma vma_at(uintptr_t addr) {
 
 }  // namespace
 
-TEST_CASE("guest RAM is 2 MiB aligned and has a reserved page below", "[guest_memory]") {
+TEST_CASE("guest RAM is 2 MiB aligned, asks for huge pages and has a reserved page below", "[guest_memory]") {
     GuestMemory memory = GuestMemory::create(16 * MiB);
     REQUIRE(memory.regions().size() == 1);
     const MemoryRegion& ram = memory.regions().front();
@@ -57,7 +57,7 @@ TEST_CASE("guest RAM is 2 MiB aligned and has a reserved page below", "[guest_me
     REQUIRE(mapping.start == host);
     CHECK(mapping.end == host + 16 * MiB);
     CHECK(mapping.perms == "rw-s");
-    CHECK(mapping.vm_flags.find(" hg") == std::string::npos);  // no MADV_HUGEPAGE (reverted in f570881)
+    CHECK(mapping.vm_flags.find(" hg") != std::string::npos);  // MADV_HUGEPAGE
 
     // No later mapping (a thread stack) can end on RAM's 2 MiB boundary, where its top
     // 2 MiB would take a transparent huge page.
