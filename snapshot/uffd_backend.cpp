@@ -5,7 +5,6 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
-#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -81,13 +80,8 @@ void UffdServer::register_regions(GuestMemory& memory) {
     regions_.clear();
     uint64_t first = 0;
     private_ = memory.backing() != GuestMemory::Backing::memfd && memory.backing() != GuestMemory::Backing::lazy_memfd;
+    memory.disable_huge_pages();  // filled 4 KiB at a time: see its docstring
     for (const MemoryRegion& r : memory.regions()) {
-        // No huge pages where this server fills RAM page by page (experiment, test host
-        // Linux 6.1 with shmem_enabled advise): khugepaged may collapse a 2 MiB range
-        // of the memfd that still has holes, filling them with zeros the guest then
-        // reads instead of its snapshot's pages (no UFFD_EVENT_PAGEFAULT comes for
-        // them); a shmem fault in a VM_NOHUGEPAGE range allocates 4 KiB.
-        (void)::madvise(r.host, r.size, MADV_NOHUGEPAGE);
         register_userfaultfd_range(uffd_.get(), r.host, r.size, UFFDIO_REGISTER_MODE_MISSING,
                                    (1ULL << _UFFDIO_COPY) | (1ULL << _UFFDIO_ZEROPAGE), "missing pages");
         int memfd = -1;

@@ -241,14 +241,17 @@ std::span<uint8_t> GuestMemory::slice(Gpa gpa, uint64_t len) {
     return {const_cast<uint8_t*>(view.data()), view.size()};
 }
 
+void GuestMemory::disable_huge_pages() {
+    for (const MemoryRegion& r : regions_) (void)::madvise(r.host, r.size, MADV_NOHUGEPAGE);
+}
+
 void GuestMemory::prefault_for_write(Gpa gpa, uint64_t len) {
 #ifndef MADV_POPULATE_WRITE
     constexpr int MADV_POPULATE_WRITE = 23;  // Linux 5.14 (uapi asm-generic/mman-common.h)
 #endif
     if (len == 0) return;
     const std::span<uint8_t> range = slice(gpa, len);
-    const uintptr_t page = 4096;
-    const uintptr_t start = reinterpret_cast<uintptr_t>(range.data()) & ~(page - 1);
+    const uintptr_t start = reinterpret_cast<uintptr_t>(range.data()) & ~uintptr_t{kPageSize - 1};
     const uintptr_t end = reinterpret_cast<uintptr_t>(range.data()) + range.size();
     (void)::madvise(reinterpret_cast<void*>(start), end - start, MADV_POPULATE_WRITE);
 }

@@ -167,6 +167,14 @@ public:
     /// Copies bytes into guest RAM at gpa. Throws Error if out of range.
     void write_bytes(Gpa gpa, std::span<const uint8_t> bytes);
 
+    /// Asks for no transparent huge pages on every region (MADV_NOHUGEPAGE, undoing
+    /// create()'s MADV_HUGEPAGE): for RAM a userfaultfd server fills 4 KiB at a time
+    /// (every restore). With shmem huge pages allowed (shmem_enabled advise/always),
+    /// khugepaged may otherwise collapse a 2 MiB range that still has holes, filling
+    /// them with zeros for which no MISSING fault ever comes (suspected in the test
+    /// host, Linux 6.1: README "Guest RAM and huge pages"). Best effort, no errors.
+    void disable_huge_pages();
+
     /// Faults [gpa, gpa + len) in for writing in one call (MADV_POPULATE_WRITE),
     /// before a large copy into it: one system call instead of a page fault per
     /// 4 KiB page. Best effort (a kernel before 5.14 just faults page by page);
