@@ -56,6 +56,22 @@ inline bool invisible(uint32_t cp) {
 
 }  // namespace printable_detail
 
+/// The offset of the first byte of `text` that is not well-formed UTF-8 (RFC 3629: no
+/// overlong forms, surrogates or code points above U+10FFFF), or npos if all is.
+inline size_t first_non_utf8(std::string_view text) {
+    for (size_t i = 0; i < text.size();) {
+        if (static_cast<uint8_t>(text[i]) < 0x80) {
+            ++i;
+            continue;
+        }
+        uint32_t cp = 0;
+        const size_t len = printable_detail::utf8_char(text, i, cp);
+        if (len == 0) return i;
+        i += len;
+    }
+    return std::string_view::npos;
+}
+
 /// `text` with every byte that is not printable ASCII (0x20-0x7e) or part of a
 /// well-formed UTF-8 character that prints (not a C1 control, zero-width,
 /// line-separator or bidirectional-control character: printable_detail::invisible)

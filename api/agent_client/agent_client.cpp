@@ -449,15 +449,28 @@ proto::ExecRequest exec_request(const Command& command) {
     return request;
 }
 
+// EXEC's (and JOB_START's) encoded payload for `command`. The agent ends a connection
+// that sends a frame over kMaxPayload: such a command is refused here (E2BIG), the
+// connection and its other requests untouched.
+std::string exec_payload(const Command& command) {
+    std::string payload = proto::encode(exec_request(command));
+    if (payload.size() > proto::kMaxPayload)
+        throw AgentError("E2BIG", "the command's argv, env and cwd take " + std::to_string(payload.size()) +
+                                      " bytes; one request holds at most " + std::to_string(proto::kMaxPayload));
+    return payload;
+}
+
 }  // namespace
 
+size_t exec_request_bytes(const Command& command) { return proto::encode(exec_request(command)).size(); }
+
 RequestId AgentClient::start(const Command& command, OutputCallbacks callbacks) {
-    const proto::ExecRequest request = exec_request(command);
+    const std::string payload = exec_payload(command);
     const RequestId id = next_id();
     Pending& p = add_pending(id, Pending::kExec);
     p.callbacks = std::move(callbacks);
     if (command.timeout.count() > 0) p.end = Clock::now() + command.timeout + limits_.exit_grace;
-    send(MessageType::kExec, id, proto::encode(request));
+    send(MessageType::kExec, id, payload);
     if (command.stdin_data) {
         send_stdin(id, *command.stdin_data);
         close_stdin(id);
@@ -709,10 +722,10 @@ void AgentClient::require_jobs(const char* what) const {
 
 uint64_t AgentClient::start_job(const Command& command) {
     require_jobs("start_job");
-    const proto::ExecRequest request = exec_request(command);
+    const std::string payload = exec_payload(command);
     const RequestId id = next_id();
     add_pending(id, Pending::kJobStart);
-    send(MessageType::kJobStart, id, proto::encode(request));
+    send(MessageType::kJobStart, id, payload);
     const uint64_t job = take(id).job;
     if (command.stdin_data) {
         job_stdin(job, *command.stdin_data);

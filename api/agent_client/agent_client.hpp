@@ -107,6 +107,13 @@ struct Command {
     static Command shell_command(std::string line);
 };
 
+/// Bytes of the EXEC (or JOB_START) request payload `command` makes: its argv or shell
+/// line, env and cwd as guest-init/protocol/messages.hpp encodes them. One frame holds
+/// at most proto::kMaxPayload (1 MiB); AgentClient::start refuses a larger one (E2BIG)
+/// before sending, so callers that take commands from users check this first. Throws
+/// std::invalid_argument for a Command with neither or both of argv and shell.
+size_t exec_request_bytes(const Command& command);
+
 /// How a command ended.
 struct ExitStatus {
     bool signaled = false;   ///< killed by a signal

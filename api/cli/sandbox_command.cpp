@@ -18,6 +18,7 @@
 #include "api/cli/template_command.hpp"
 #include "vmm/fd.hpp"
 #include "vmm/log.hpp"
+#include "vmm/printable.hpp"
 
 namespace nanovm::cli {
 
@@ -117,7 +118,16 @@ int exec(client::ApiClient& api, const SandboxOptions& o) {
     if (!o.cwd.empty()) body["cwd"] = o.cwd;
     if (!o.user.empty()) body["user"] = o.user;
     if (o.timeout_s) body["timeout_s"] = *o.timeout_s;
-    if (o.stdin_data) body["stdin"] = std::string(std::istreambuf_iterator<char>(std::cin), {});
+    if (o.stdin_data) {
+        std::string in(std::istreambuf_iterator<char>(std::cin), {});
+        // The API takes stdin as a JSON string: UTF-8 text only.
+        if (const size_t bad = first_non_utf8(in); bad != std::string_view::npos)
+            throw UsageError(fmt::format("-i: stdin is not UTF-8 text (byte {} of {}); the API takes stdin as text: copy "
+                                         "binary input in with `nanovm sandbox cp HOST_PATH ID:/GUEST_PATH` and "
+                                         "redirect from it",
+                                         bad, in.size()));
+        body["stdin"] = std::move(in);
+    }
     if (o.background) {
         const json command = api.post(target, body);
         if (o.client.json)

@@ -33,11 +33,14 @@ int create(client::ApiClient& api, const TemplateOptions& o) {
             t = api.get(template_path(o.name));
         }
     }
+    const bool failed = t.value("state", "") == "failed";
+    // --json: the record in any state. Plain: the name only of a template that can be
+    // used, so that `name=$(nanovm template create ...)` is empty when its build failed.
     if (o.client.json)
         print_json(t);
-    else
+    else if (!failed)
         std::printf("%s\n", o.name.c_str());
-    if (t.value("state", "") == "failed") {
+    if (failed) {
         log_line(fmt::format("template {} failed: {}", o.name, cell(t["error"])));
         return kFailed;
     }

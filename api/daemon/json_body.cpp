@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "api/daemon/api_error.hpp"
+#include "vmm/printable.hpp"
 
 namespace nanovm::daemon {
 
@@ -35,6 +36,11 @@ const char* type_name(const nlohmann::json& v) {
     if (v.is_string()) return "a string";
     if (v.is_array()) return "an array";
     return "an object";
+}
+
+// A name from the body for an error message: its first 64 bytes, printable, quoted.
+std::string printable_prefix(std::string_view name) {
+    return "\"" + printable(name.substr(0, 64)) + "\"";
 }
 
 }  // namespace
@@ -130,6 +136,33 @@ std::optional<std::vector<std::string>> JsonBody::strings(std::string_view name,
         if (s.size() > max_bytes) throw ApiError("out_of_range", fmt::format("an item of \"{}\" is longer than {} bytes", name, max_bytes));
         if (s.find('\0') != std::string::npos) throw ApiError("invalid_field", fmt::format("an item of \"{}\" contains a NUL byte", name));
         out.push_back(std::move(s));
+    }
+    return out;
+}
+
+std::optional<std::vector<std::string>> JsonBody::environment(std::string_view name) const {
+    const nlohmann::json& v = raw(name);
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_object()) throw ApiError("invalid_field", fmt::format("\"{}\" must be an object of strings, not {}", name, type_name(v)));
+    if (v.size() > kMaxEnvEntries)
+        throw ApiError("out_of_range", fmt::format("\"{}\" has {} variables; at most {}", name, v.size(), kMaxEnvEntries));
+    std::vector<std::string> out;
+    out.reserve(v.size());
+    for (const auto& [key, value] : v.items()) {
+        if (key.empty() || key.size() > 255 || key.find_first_of(std::string_view("=\0", 2)) != std::string::npos)
+            throw ApiError("invalid_field", fmt::format("\"{}\": variable name {}: 1 to 255 bytes, no '=' or NUL", name,
+                                                        printable_prefix(key)));
+        if (!value.is_string())
+            throw ApiError("invalid_field", fmt::format("\"{}\": variable {} must be a string, not {}", name,
+                                                        printable_prefix(key), type_name(value)));
+        const std::string& s = value.get_ref<const std::string&>();
+        if (s.find('\0') != std::string::npos)
+            throw ApiError("invalid_field", fmt::format("\"{}\": variable {} has a NUL byte", name, printable_prefix(key)));
+        if (key.size() + 1 + s.size() > kMaxEnvEntryBytes)
+            throw ApiError("out_of_range", fmt::format("\"{}\": variable {} is {} bytes with its name; at most {} (Linux's "
+                                                       "MAX_ARG_STRLEN)",
+                                                       name, printable_prefix(key), key.size() + 1 + s.size(), kMaxEnvEntryBytes));
+        out.push_back(key + "=" + s);
     }
     return out;
 }

@@ -45,12 +45,24 @@ public:
     /// An object of string values: labels ({"team": "ml"}); keys 1-63 bytes of
     /// [A-Za-z0-9._-], values at most 255 bytes, at most 64 entries.
     std::optional<std::map<std::string, std::string>> labels(std::string_view name) const;
+    /// An object of environment variables ({"PATH": "/usr/bin", "TOKEN": "..."}) as
+    /// "KEY=VALUE" entries, in key order: keys 1-255 bytes without '=' or NUL, values
+    /// without NUL, each entry at most kMaxEnvEntryBytes, at most kMaxEnvEntries. Not
+    /// labels: a token or a PATH is longer than a label's 255 bytes. What the whole
+    /// command may hold together is the caller's check (check_command_fits).
+    std::optional<std::vector<std::string>> environment(std::string_view name) const;
     /// The raw value of a field (null if absent), for fields of several shapes.
     const nlohmann::json& raw(std::string_view name) const;
 
 private:
     nlohmann::json value_;
 };
+
+/// Bytes of one "KEY=VALUE" environment entry at most: Linux's MAX_ARG_STRLEN (32
+/// pages) less its NUL, what execve takes for one string.
+inline constexpr size_t kMaxEnvEntryBytes = 128 * 1024 - 1;
+/// Environment variables of one command or session at most.
+inline constexpr size_t kMaxEnvEntries = 4096;
 
 /// True if `key` is a valid label key (see JsonBody::labels).
 bool valid_label_key(std::string_view key);

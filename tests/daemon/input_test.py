@@ -66,6 +66,29 @@ def run():
                400, "invalid_field")
         expect("exec of an unknown sandbox", post(f"/v1/sandboxes/{UUID}/exec", {"argv": ["true"]}),
                404, "sandbox_not_found")
+        # env is a command's environment, not labels: a token or a PATH is longer than
+        # a label's 255 bytes, and a build may pass more than 64 variables. Accepted
+        # bodies reach the sandbox lookup (404); refused ones say why.
+        exec_path = f"/v1/sandboxes/{UUID}/exec"
+        expect("exec with a 4 KiB env value", post(exec_path, {"cmd": "env", "env": {"TOKEN": "t" * 4096}}),
+               404, "sandbox_not_found")
+        expect("exec with 200 env variables", post(exec_path, {"cmd": "env", "env": {f"V_{i}": "x" for i in range(200)}}),
+               404, "sandbox_not_found")
+        expect("a background command with a 4 KiB env value",
+               post(f"/v1/sandboxes/{UUID}/commands", {"cmd": "env", "env": {"TOKEN": "t" * 4096}}),
+               404, "sandbox_not_found")
+        expect("a session with a 4 KiB env value", post(f"/v1/sandboxes/{UUID}/sessions", {"env": {"TOKEN": "t" * 4096}}),
+               404, "sandbox_not_found")
+        expect("an env name with =", post(exec_path, {"cmd": "env", "env": {"A=B": "x"}}), 400, "invalid_field")
+        expect("an empty env name", post(exec_path, {"cmd": "env", "env": {"": "x"}}), 400, "invalid_field")
+        expect("an env value that is a number", post(exec_path, {"cmd": "env", "env": {"A": 1}}), 400, "invalid_field")
+        expect("an env value with NUL", post(exec_path, {"cmd": "env", "env": {"A": "x\u0000y"}}), 400, "invalid_field")
+        r = post(exec_path, {"cmd": "env", "env": {"BIG": "x" * (128 * 1024)}})
+        expect("an env variable over Linux's MAX_ARG_STRLEN", r, 422, "out_of_range")
+        tap.ok("BIG" in r.json()["error"]["message"], "its message names the variable", r)
+        r = post(exec_path, {"argv": ["echo"] + ["a" * (120 * 1024)] * 9})
+        expect("argv of 1.05 MiB (over the agent's one request)", r, 422, "out_of_range")
+        tap.ok("1048576" in r.json()["error"]["message"], "its message gives the bound", r)
         files = f"/v1/sandboxes/{UUID}/files"
         expect("a file read without a path", d.get(files), 400, "invalid_field")
         expect("a relative guest path", d.get(files + "?path=etc/passwd"), 400, "invalid_path")

@@ -50,9 +50,7 @@ agent::Command parse_command(const JsonBody& b) {
         if (argv->empty() || argv->front().empty()) throw ApiError("invalid_field", "\"argv\" needs a program");
         c.argv = *argv;
     }
-    if (auto env = b.labels("env")) {
-        for (const auto& [k, v] : *env) c.env.push_back(k + "=" + v);
-    }
+    if (auto env = b.environment("env")) c.env = std::move(*env);
     if (auto cwd = b.path_string("cwd")) {
         check_guest_path(*cwd);
         c.cwd = *cwd;
@@ -60,6 +58,11 @@ agent::Command parse_command(const JsonBody& b) {
     parse_user(b.raw("user"), c);
     if (auto in = b.string("stdin", 16u << 20)) c.stdin_data = *in;
     if (auto t = b.integer("timeout_s", 0, 86400)) c.timeout = std::chrono::seconds(*t);
+    // Each part has its own bound; together they must fit the agent's one request.
+    if (const size_t bytes = agent::exec_request_bytes(c); bytes > agent::proto::kMaxPayload)
+        throw ApiError("out_of_range", fmt::format("\"cmd\" or \"argv\", \"env\" and \"cwd\" take {} bytes together; at "
+                                                   "most {} (the guest agent's one request)",
+                                                   bytes, agent::proto::kMaxPayload));
     return c;
 }
 

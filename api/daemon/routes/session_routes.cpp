@@ -51,8 +51,7 @@ void add_session_routes(RouteContext& c) {
                          check_guest_path(*cwd);
                          r.cwd = *cwd;
                      }
-                     if (auto env = b.labels("env"))
-                         for (const auto& [k, v] : *env) r.env.push_back(k + "=" + v);
+                     if (auto env = b.environment("env")) r.env = std::move(*env);
                      check_session_user(b.raw("user"));
                      return json_response(201, session_json(m.create_session(req.params["id"], r)));
                  });

@@ -173,7 +173,8 @@ class Sandbox:
             cmd: a shell line (``str``, run by ``/bin/sh -c``) or an argv (list of str).
             env: variables to set; cwd: the absolute directory to run in.
             user: a uid (int) or ``"uid"`` / ``"uid:gid"``.
-            stdin: text or bytes (UTF-8) sent to it, then closed.
+            stdin: text, or bytes that are UTF-8 text (else ValueError), sent to it, then
+                closed.
             timeout: seconds; the command's process group is killed in the guest when
                 it passes (``result.timed_out``, and ``check()`` raises
                 CommandTimedOutError). None: no limit.
@@ -195,7 +196,15 @@ class Sandbox:
             return self.commands.start(cmd, env=env, cwd=cwd, user=user, timeout=timeout)
         body = self._command_body(cmd, env, cwd, user)
         if stdin is not None:
-            body["stdin"] = stdin.decode("utf-8") if isinstance(stdin, bytes) else stdin
+            if isinstance(stdin, bytes):
+                try:
+                    stdin = stdin.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    # The API takes stdin as a JSON string: text only.
+                    raise ValueError(f"stdin is not UTF-8 text (byte {e.start} of {len(stdin)}); for binary "
+                                     "input write it to a file (files.write) and redirect from it, or run in "
+                                     "the background and use Command.send_stdin") from None
+            body["stdin"] = stdin
         return self._guard(lambda: run_exec(self._box._t, self._path + "/exec", body, cmd, timeout,
                                              on_stdout, on_stderr, output_encoding))
 

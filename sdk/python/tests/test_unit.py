@@ -233,6 +233,10 @@ class SandboxRequestsTest(FakeCase):
             s.run([])
         with self.assertRaises(ValueError):
             s.run("x", timeout=-1)
+        sent = len(self.fake.requests)
+        with self.assertRaisesRegex(ValueError, "not UTF-8 text \\(byte 2 of 4\\)"):
+            s.run("cat", stdin=b"ok\xff\xfe")
+        self.assertEqual(len(self.fake.requests), sent)  # refused before any request
 
     def test_run_base64_output(self):
         path = f"/v1/sandboxes/{SID}/exec"
