@@ -218,6 +218,9 @@ int run_daemon(const DaemonOptions& given) {
         server_options.body_limit = [&router](std::string_view method, std::string_view path) {
             return router.body_limit(method, path);
         };
+        server_options.body_too_large = [&router](std::string_view method, std::string_view path) {
+            return router.body_too_large(method, path);
+        };
         server_options.spool_dir = [&router, uploads = manager.upload_dir()](std::string_view method, std::string_view path) {
             return router.spools_body(method, path) ? uploads : std::string();
         };

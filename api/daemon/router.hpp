@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "api/daemon/http/message.hpp"
+#include "api/daemon/http/server.hpp"
 #include "api/daemon/worker_pool.hpp"
 
 namespace nanovm::daemon {
@@ -33,6 +34,10 @@ struct RouteSpec {
     std::vector<std::string> errors;  ///< the catalogue codes it may answer besides the common ones
     bool worker = true;   ///< run on the worker pool (false: cheap, on the I/O thread)
     size_t body_limit = 64 * 1024;  ///< bytes
+    /// The code of a body over body_limit ("": body_too_large) and what its message
+    /// adds (the option that sets the limit).
+    std::string body_too_large_code;
+    std::string body_too_large_hint;
     /// The body is written to a file under the daemon's spool directory, not held in
     /// memory (http::Request::spooled; large uploads).
     bool spool_body = false;
@@ -56,6 +61,9 @@ public:
 
     /// The body limit of the route `method` `path` matches (64 KiB if none).
     size_t body_limit(std::string_view method, std::string_view path) const;
+
+    /// The code and message hint of a body over that limit (body_too_large if none).
+    http::ServerOptions::TooLarge body_too_large(std::string_view method, std::string_view path) const;
 
     /// True if the route `method` `path` matches spools its body to a file.
     bool spools_body(std::string_view method, std::string_view path) const;

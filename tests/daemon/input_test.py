@@ -47,6 +47,13 @@ def run():
         expect("a restore of an unknown snapshot", post("/v1/sandboxes", {"snapshot_id": UUID}), 404, "snapshot_not_found")
         expect("a 100 KiB create body", post("/v1/sandboxes", {"metadata": {"a": "x" * 100000}}), 413, "body_too_large")
 
+        many = "&".join(f"metadata.k{i}=v" for i in range(65))
+        expect("a list with 65 metadata filters", d.get("/v1/sandboxes?" + many), 422, "out_of_range")
+        many = "&".join(f"metadata.k{i}=v" for i in range(1000))
+        expect("a list with 1000 metadata filters (was a 500: SQL too large)", d.get("/v1/sandboxes?" + many),
+               422, "out_of_range")
+        expect("a list with 64 metadata filters", d.get("/v1/sandboxes?" + "&".join(f"metadata.k{i}=v" for i in range(64))),
+               200, None)
         for path in [f"/v1/sandboxes/{UUID}", "/v1/sandboxes/not-a-uuid", "/v1/sandboxes/..%2F..%2Fetc%2Fpasswd",
                      "/v1/sandboxes/%00", "/v1/sandboxes/" + "a" * 5000]:
             expect(f"GET {path[:60]}", d.get(path), 404, "sandbox_not_found")

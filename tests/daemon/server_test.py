@@ -66,6 +66,35 @@ def run():
         raw = d.raw(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n")
         tap.ok(status_line(raw) == 400, "a negative Content-Length: 400", raw[:200])
 
+        # The file upload route's limit is --max-file-size: its own code, and the flag named.
+        raw = d.raw(b"PUT /v1/sandboxes/00000000-0000-4000-8000-000000000000/files?path=/x HTTP/1.1\r\nHost: x\r\n"
+                    b"Content-Length: 300000000\r\n\r\n")
+        tap.ok(status_line(raw) == 413 and b"file_too_large" in raw and b"--max-file-size" in raw,
+               "a file upload over --max-file-size: 413 file_too_large naming the flag", raw[:300])
+        # Expect: 100-continue (curl sends it for bodies of 1 MiB and more, then waits 1 s
+        # for the go-ahead): answered at once, then the body is read and the request answered.
+        ask = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        ask.connect(d.socket_path)
+        ask.settimeout(0.5)
+        ask.sendall(b"POST /v1/sandboxes/00000000-0000-4000-8000-000000000000/sleep HTTP/1.1\r\nHost: x\r\n"
+                    b"Content-Length: 2\r\nExpect: 100-continue\r\n\r\n")
+        try:
+            interim = ask.recv(4096)
+        except socket.timeout:
+            interim = b"(nothing in 0.5 s)"
+        tap.ok(interim.startswith(b"HTTP/1.1 100 Continue\r\n\r\n"), "Expect: 100-continue: 100 Continue at once", interim)
+        ask.settimeout(10)
+        ask.sendall(b"{}")
+        final = interim[len(b"HTTP/1.1 100 Continue\r\n\r\n"):] if interim.startswith(b"HTTP/1.1 100") else b""
+        while b"sandbox_not_found" not in final:
+            chunk = ask.recv(4096)
+            if not chunk:
+                break
+            final += chunk
+        tap.ok(final.startswith(b"HTTP/1.1 404") and b"sandbox_not_found" in final,
+               "then the body is read and the request answered (404 sandbox_not_found)", final[:200])
+        ask.close()
+
         # A request that never ends holds only its own connection.
         slow = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         slow.connect(d.socket_path)

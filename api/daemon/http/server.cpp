@@ -137,8 +137,20 @@ private:
         const size_t limit = options().body_limit ? options().body_limit(method, target.substr(0, target.find('?')))
                                                   : size_t(1) << 20;
         const auto length = parser_->content_length();
+        too_large_ = options().body_too_large ? options().body_too_large(method, target.substr(0, target.find('?')))
+                                              : ServerOptions::TooLarge{};
+        if (too_large_.code.empty()) too_large_.code = "body_too_large";
         if (length && *length > limit)
-            return fail("body_too_large", fmt::format("the body is {} bytes; this endpoint takes at most {}", *length, limit));
+            return fail(too_large_.code, fmt::format("the body is {} bytes; this endpoint takes at most {}{}", *length, limit,
+                                                     too_large_.hint));
+        // RFC 9110 §10.1.1: a client that asked to wait (curl does for 1 MiB and more)
+        // sends the body once told to go on, or after a second of its own.
+        if (!parser_->is_done() && beast::iequals(req[bhttp::field::expect], "100-continue")) {
+            static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+            beast::error_code wec;
+            boost::asio::write(beast::get_lowest_layer(stream_).socket(), boost::asio::buffer(kContinue), wec);
+            if (wec) return close();
+        }
         parser_->body_limit(limit);
         if (!parser_->is_done()) buffer_.reserve(std::min(kBodyReadBuffer, length ? static_cast<size_t>(*length) : limit));
         const std::string spool = options().spool_dir ? options().spool_dir(method, target.substr(0, target.find('?'))) : "";
@@ -149,7 +161,7 @@ private:
 
     void on_body(beast::error_code ec, std::size_t) {
         if (ec == bhttp::error::body_limit)
-            return fail("body_too_large", "the body is larger than this endpoint takes");
+            return fail(too_large_.code, "the body is larger than this endpoint takes" + too_large_.hint);
         if (is_disconnect(ec) || ec == bhttp::error::partial_message) return close();
         if (ec) return fail("bad_request", fmt::format("malformed HTTP request: {}", ec.message()));
         auto& req = parser_->get();
@@ -199,7 +211,8 @@ private:
     }
 
     void on_spooled(beast::error_code ec, std::size_t) {
-        if (ec == bhttp::error::body_limit) return fail("body_too_large", "the body is larger than this endpoint takes");
+        if (ec == bhttp::error::body_limit)
+            return fail(too_large_.code, "the body is larger than this endpoint takes" + too_large_.hint);
         if (ec == boost::system::errc::no_space_on_device)
             return fail("disk_full", fmt::format("writing the body to {}: {}", spooled_->path, ec.message()));
         if (is_disconnect(ec) || ec == bhttp::error::partial_message) return close();
@@ -490,6 +503,7 @@ private:
     std::optional<bhttp::request_parser<bhttp::file_body>> spool_parser_;  ///< a spooled body's (parser_ moved in)
     std::shared_ptr<SpooledBody> spooled_;  ///< its file until the request is dispatched
     bool keep_alive_ = false;
+    ServerOptions::TooLarge too_large_{"body_too_large", ""};  ///< the current request's, from on_header
     std::string method_, route_;
     int stream_status_ = 200;
     Clock::time_point started_{};

@@ -27,6 +27,14 @@ struct ServerOptions {
     /// The largest body a request may have, from its method and path (the file
     /// upload route takes more than the JSON ones).
     std::function<size_t(std::string_view method, std::string_view path)> body_limit;
+    /// How a body over body_limit is answered, from its method and path: its catalogue
+    /// code (413 either way) and what the message adds (e.g. the option that sets the
+    /// limit). Unset, or an empty code: body_too_large, nothing added.
+    struct TooLarge {
+        std::string code;
+        std::string hint;
+    };
+    std::function<TooLarge(std::string_view method, std::string_view path)> body_too_large;
     /// The directory a request's body is written to instead of memory, from its
     /// method and path ("" : held in memory). Such a body is read with read_timeout
     /// per read instead of for the whole request (an upload of gigabytes takes long),

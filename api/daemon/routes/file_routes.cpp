@@ -63,6 +63,8 @@ void add_file_routes(RouteContext& c) {
                                       "missing parent directories made",
                            .errors = with({"file_too_large", "out_of_range", "disk_full"}),
                            .body_limit = c.options.max_file_bytes,
+                           .body_too_large_code = "file_too_large",
+                           .body_too_large_hint = " (nanovmd --max-file-size)",
                            .request_schema = "binary",
                            .response_schema = "FileInfo",
                            .query = {kPathParam, {"mode", "integer", false, "permission bits in octal (default 644)"}}},

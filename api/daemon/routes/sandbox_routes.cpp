@@ -88,6 +88,10 @@ void add_sandbox_routes(RouteContext& c) {
                          const std::string key = k.substr(9);
                          if (!valid_label_key(key)) throw ApiError("invalid_field", fmt::format("label key \"{}\"", key.substr(0, 64)));
                          f.labels[key] = v;
+                         // A sandbox has at most 64 labels: more filters match nothing,
+                         // and thousands would make too large an SQL statement.
+                         if (f.labels.size() > 64)
+                             throw ApiError("out_of_range", "at most 64 metadata.KEY filters (a sandbox has at most 64 labels)");
                      }
                      f.limit = query_integer(req, "limit", 1, 1000).value_or(100);
                      if (auto it = req.query.find("after"); it != req.query.end()) f.after = it->second;

@@ -149,6 +149,7 @@ void add_snapshot_routes(RouteContext& c) {
                            .success = 201,
                            .errors = {"invalid_archive", "image_not_found", "disk_full"},
                            .body_limit = c.options.max_import_bytes,
+                           .body_too_large_hint = " (nanovmd --max-import-size)",
                            .spool_body = true,
                            .request_schema = "binary",
                            .response_schema = "Snapshot"},
