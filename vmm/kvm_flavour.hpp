@@ -53,6 +53,7 @@ void require_linux_capable_kvm(const KvmHostInfo& host);
 /// (NANOVM_RUN_DIR=$NANOVM_SCRATCH/run) unless the caller sets one.
 inline constexpr std::string_view kPvmBootRefusal =
     "this /dev/kvm is PVM: it cannot run a stock Linux kernel; use the test host: "
-    "tools/testhost/run -- build/nanovm boot ... (or run ..., vm ...)";
+    "tools/testhost/run -- build/nanovm boot ... (or run ..., vm ...); for nanovmd, its sandboxes and the Python "
+    "client: tools/testhost/run --with-daemon -- ... (README \"Quick start\")";
 
 }  // namespace nanovm

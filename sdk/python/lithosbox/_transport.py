@@ -84,7 +84,11 @@ def find_endpoint(url: Optional[str] = None, token: Optional[str] = None,
     sdir = os.path.abspath(state_dir) if state_dir else default_state_dir()
     if url:
         if url.startswith("unix://"):
-            return Endpoint(unix_socket=url[len("unix://"):], state_dir=sdir)
+            sock = url[len("unix://"):]
+            # The daemon's socket is <state dir>/nanovmd.sock: that state directory is
+            # the one to name when nothing answers there (none for another socket path).
+            own = os.path.dirname(os.path.abspath(sock)) if os.path.basename(sock) == "nanovmd.sock" else None
+            return Endpoint(unix_socket=sock, state_dir=own)
         host, port = _parse_http_url(url, var)
         if not token:
             path = os.path.join(sdir, "token")
