@@ -54,6 +54,6 @@ void require_linux_capable_kvm(const KvmHostInfo& host);
 inline constexpr std::string_view kPvmBootRefusal =
     "this /dev/kvm is PVM: it cannot run a stock Linux kernel; use the test host: "
     "tools/testhost/run -- build/nanovm boot ... (or run ..., vm ...); for nanovmd, its sandboxes and the Python "
-    "client: tools/testhost/run --with-daemon -- ... (README \"Quick start\")";
+    "client: tools/testhost/run --with-daemon -- ...: see the README's quick start";
 
 }  // namespace nanovm
