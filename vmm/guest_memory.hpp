@@ -169,10 +169,15 @@ public:
 
     /// Asks for no transparent huge pages on every region (MADV_NOHUGEPAGE, undoing
     /// create()'s MADV_HUGEPAGE): for RAM a userfaultfd server fills 4 KiB at a time
-    /// (every restore). With shmem huge pages allowed (shmem_enabled advise/always),
-    /// khugepaged may otherwise collapse a 2 MiB range that still has holes, filling
-    /// them with zeros for which no MISSING fault ever comes (suspected in the test
-    /// host, Linux 6.1: README "Guest RAM and huge pages"). Best effort, no errors.
+    /// (every restore). With shmem huge pages on request (shmem_enabled advise),
+    /// Linux 6.1's khugepaged otherwise collapses a 2 MiB range that still has holes,
+    /// filling them with zeros that the guest reads without a MISSING fault (shown in
+    /// the test host by tools/testhost/uffd-thp-probe.c; Linux >= 6.4 checks for a
+    /// MISSING registration). khugepaged collapses a memfd's range through ANY mapping
+    /// of it with VM_HUGEPAGE, so no mapping of a memfd such a server fills may keep
+    /// MADV_HUGEPAGE (the mapping a freeze moves aside keeps its NOHUGEPAGE). Tested with
+    /// advise (tests/testhost/meson.build testhost-snapshot-shmem-advise). Best
+    /// effort, no errors.
     void disable_huge_pages();
 
     /// Faults [gpa, gpa + len) in for writing in one call (MADV_POPULATE_WRITE),

@@ -40,6 +40,13 @@ if [ -n "${NANOVM_TESTHOST_KHUGEPAGED_MAX_PTES_NONE:-}" ]; then
   echo "$NANOVM_TESTHOST_KHUGEPAGED_MAX_PTES_NONE" >"$thp_sysfs/khugepaged/max_ptes_none" ||
     { echo "Bail out! cannot set $thp_sysfs/khugepaged/max_ptes_none"; exit 2; }
 fi
+# NANOVM_TESTHOST_KHUGEPAGED_SCAN_MS=N: khugepaged's scan_sleep_millisecs for the run
+# (default 10000: it looks at 4096 pages every 10 s, so a 4-minute section sees few
+# collapses; 1000 makes them ten times as likely, for CI's snapshot run with advise).
+if [ -n "${NANOVM_TESTHOST_KHUGEPAGED_SCAN_MS:-}" ]; then
+  echo "$NANOVM_TESTHOST_KHUGEPAGED_SCAN_MS" >"$thp_sysfs/khugepaged/scan_sleep_millisecs" ||
+    { echo "Bail out! cannot set $thp_sysfs/khugepaged/scan_sleep_millisecs"; exit 2; }
+fi
 # NANOVM_TESTHOST_SPY=S: every S seconds, what each nanovm process and khugepaged is
 # doing (state, wchan, kernel stack), the THP counters and the test host's kernel log's
 # end, appended to $NANOVM_TESTHOST_KEEP/spy.log (9p writes are synchronous: it
@@ -66,7 +73,7 @@ if [ -n "${NANOVM_TESTHOST_SPY:-}" ] && [ -n "${NANOVM_TESTHOST_KEEP:-}" ]; then
   ) &
   echo "# spy: every $NANOVM_TESTHOST_SPY s into \$NANOVM_TESTHOST_KEEP/spy.log"
 fi
-echo "# test host THP: enabled $(cat "$thp_sysfs/enabled" 2>/dev/null), shmem_enabled $(cat "$thp_sysfs/shmem_enabled" 2>/dev/null), khugepaged max_ptes_none $(cat "$thp_sysfs/khugepaged/max_ptes_none" 2>/dev/null)"
+echo "# test host THP: enabled $(cat "$thp_sysfs/enabled" 2>/dev/null), shmem_enabled $(cat "$thp_sysfs/shmem_enabled" 2>/dev/null), khugepaged max_ptes_none $(cat "$thp_sysfs/khugepaged/max_ptes_none" 2>/dev/null), scan_sleep_millisecs $(cat "$thp_sysfs/khugepaged/scan_sleep_millisecs" 2>/dev/null)"
 
 n=0 failed=0
 ok()     { n=$((n + 1)); echo "ok $n - $*"; }
