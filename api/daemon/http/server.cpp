@@ -146,10 +146,12 @@ private:
         // RFC 9110 §10.1.1: a client that asked to wait (curl does for 1 MiB and more)
         // sends the body once told to go on, or after a second of its own.
         if (!parser_->is_done() && beast::iequals(req[bhttp::field::expect], "100-continue")) {
+            // Sent without waiting: a client whose socket cannot take 25 bytes now has
+            // not read its earlier answers, and the one I/O thread never blocks on it.
             static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-            beast::error_code wec;
-            boost::asio::write(beast::get_lowest_layer(stream_).socket(), boost::asio::buffer(kContinue), wec);
-            if (wec) return close();
+            const ssize_t n = ::send(beast::get_lowest_layer(stream_).socket().native_handle(), kContinue.data(),
+                                     kContinue.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+            if (n != static_cast<ssize_t>(kContinue.size())) return close();
         }
         parser_->body_limit(limit);
         if (!parser_->is_done()) buffer_.reserve(std::min(kBodyReadBuffer, length ? static_cast<size_t>(*length) : limit));
