@@ -76,7 +76,10 @@ bool bearer_matches(std::string_view header, std::string_view token) noexcept {
                                        : i < want         ? static_cast<unsigned char>(token[i - kScheme.size()])
                                                           : 0u;
         const unsigned char given = i < header.size() ? static_cast<unsigned char>(header[i]) : 0u;
-        diff |= static_cast<unsigned>(expected ^ given);
+        // The scheme's six letters in any case (RFC 9110 §11.1): of all bytes only a
+        // letter's upper and lower case give that letter's lower case OR 0x20.
+        const unsigned char fold = i + 1 < kScheme.size() ? 0x20 : 0x00;
+        diff |= static_cast<unsigned>((expected | fold) ^ (given | fold));
     }
     return diff == 0 && !token.empty();
 }

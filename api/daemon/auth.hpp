@@ -12,7 +12,8 @@ namespace nanovm::daemon {
 /// 0600-only, malformed).
 std::string load_or_make_token(const std::string& path);
 
-/// True if the Authorization header value `header` is exactly "Bearer <token>".
+/// True if the Authorization header value `header` is exactly "Bearer <token>", the
+/// scheme in any case (RFC 9110 §11.1).
 /// Takes the same time whatever the header holds, for a header of a given length.
 bool bearer_matches(std::string_view header, std::string_view token) noexcept;
 

@@ -40,6 +40,10 @@ def run():
         tap.ok(a.status == 401 and "nope" not in a.body, "TCP without a token on an unknown path: 401 and nothing more", a)
         a = d.get("/v1/health", tcp=True, headers={"Authorization": "Bearer " + d.token()})
         tap.ok(a.status == 200 and a.json()["status"] == "ok", "TCP with the right token: 200", a)
+        a = d.get("/v1/health", tcp=True, headers={"Authorization": "bEARER " + d.token()})
+        tap.ok(a.status == 200, "TCP with the scheme in another case (RFC 9110 §11.1): 200", a)
+        a = d.get("/v1/health", tcp=True, headers={"Authorization": "Basic! " + d.token()})
+        tap.ok(a.status == 401, "TCP with another scheme of that length: 401", a)
 
         # --- routing ---
         a = d.get("/v1/nope")

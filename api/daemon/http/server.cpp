@@ -130,7 +130,9 @@ private:
         if (over_tcp_) {
             const auto it = req.find(bhttp::field::authorization);
             const std::string_view given = it == req.end() ? std::string_view() : std::string_view(it->value());
-            if (!bearer_matches(given, options().token)) return fail("unauthorized", "unauthorized");
+            if (!bearer_matches(given, options().token)) return fail("unauthorized",
+                            "unauthorized: TCP requests need 'Authorization: Bearer TOKEN', TOKEN from the daemon's "
+                            "<state dir>/token (the CLI reads NANOVM_TOKEN, the Python client LITHOSBOX_TOKEN)");
         }
         const std::string_view target(req.target().data(), req.target().size());
         const std::string_view method(req.method_string().data(), req.method_string().size());
