@@ -107,7 +107,8 @@ CLI::App* add_daemon_command(CLI::App& app, DaemonOptions& o) {
     cmd->add_option("--max-memory", o.max_memory_mb,
                     "MiB of guest memory committed to running, paused and sleeping sandboxes at most [default: 90% "
                     "of the host's memory]")
-        ->type_name("MiB");
+        ->type_name("MiB")
+        ->check(CLI::Range(uint64_t{128}, uint64_t{1} << 30).description(""));  // a sandbox takes 128 MiB at least
     cmd->add_option("--max-file-size", o.max_file_bytes, "Bytes of a file written through the API at most (reads are streamed, any size)")
         ->type_name("BYTES")
         ->capture_default_str();

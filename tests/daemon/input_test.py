@@ -7,7 +7,9 @@ its reason (502 vm_error), and leaves no record. TAP.
 Usage: input_test.py NANOVM"""
 
 import os
+import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from daemon_harness import Daemon, Tap, main_guard  # noqa: E402
@@ -150,6 +152,12 @@ def run():
     finally:
         code = d.stop()
         tap.ok(code == 0, f"SIGTERM: exit 0 ({code})", d.stderr()[-2000:])
+    # A cap no sandbox fits under is refused at the start (a sandbox takes 128 MiB at least).
+    with tempfile.TemporaryDirectory() as state:
+        p = subprocess.run([nanovm, "daemon", "--state-dir", state, "--max-memory", "0"], capture_output=True,
+                           text=True, timeout=30)
+        tap.ok(p.returncode == 2 and "--max-memory: Value 0 not in range 128" in p.stderr,
+               f"--max-memory 0: refused at the start, exit 2 ({p.returncode})", p.stderr)
     # The caps: a create over the committed-memory cap is refused before any VM starts.
     capped = Daemon(nanovm, args=["--max-memory", "300", "--max-sandboxes", "1"]).start()
     try:
