@@ -438,6 +438,9 @@ private:
     /// The watcher saw `r`'s VMM gone after its guest rebooted itself: rebooting,
     /// and a boot on a thread of its own (manager_rest.cpp).
     void reboot_in_background(const store::SandboxRecord& r);
+    /// Runs `sync` in a running guest (5 s at most; a guest that cannot is logged and
+    /// left): before a reboot's stop, which the guest sees as a power cut.
+    void sync_guest(const store::SandboxRecord& r) noexcept;
     /// reboot() with the slot's lock held and the VMM stopped; `r` in rebooting.
     void boot_again(store::SandboxRecord& r);
     void check_snapshots();
