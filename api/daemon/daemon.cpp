@@ -216,14 +216,17 @@ int run_daemon(const DaemonOptions& given) {
         server_options.tcp_host = tcp_host;
         server_options.tcp_port = tcp_port;
         server_options.token = token;
-        server_options.body_limit = [&router](std::string_view method, std::string_view path) {
-            return router.body_limit(method, path);
-        };
-        server_options.body_too_large = [&router](std::string_view method, std::string_view path) {
-            return router.body_too_large(method, path);
-        };
-        server_options.spool_dir = [&router, uploads = manager.upload_dir()](std::string_view method, std::string_view path) {
-            return router.spools_body(method, path) ? uploads : std::string();
+        server_options.body_policy = [&router, uploads = manager.upload_dir()](std::string_view method,
+                                                                                std::string_view path) {
+            http::BodyPolicy body;
+            body.limit = 64 * 1024;  // no route: a 404 or 405 follows, and a small body is enough for it
+            if (const RouteSpec* spec = router.spec(method, path)) {
+                body.limit = spec->body_limit;
+                if (!spec->body_too_large_code.empty()) body.too_large_code = spec->body_too_large_code;
+                body.too_large_hint = spec->body_too_large_hint;
+                if (spec->spool_body) body.spool_dir = uploads;
+            }
+            return body;
         };
         http::Server server(
             server_options, [&router](http::Request request, http::Reply reply) { router.dispatch(std::move(request), std::move(reply)); },

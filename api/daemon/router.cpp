@@ -88,22 +88,10 @@ std::vector<const Router::Entry*> Router::match(std::string_view path) const {
     return out;
 }
 
-size_t Router::body_limit(std::string_view method, std::string_view path) const {
+const RouteSpec* Router::spec(std::string_view method, std::string_view path) const {
     for (const Entry* e : match(path))
-        if (e->spec.method == method) return e->spec.body_limit;
-    return 64 * 1024;
-}
-
-http::ServerOptions::TooLarge Router::body_too_large(std::string_view method, std::string_view path) const {
-    for (const Entry* e : match(path))
-        if (e->spec.method == method) return {e->spec.body_too_large_code, e->spec.body_too_large_hint};
-    return {};
-}
-
-bool Router::spools_body(std::string_view method, std::string_view path) const {
-    for (const Entry* e : match(path))
-        if (e->spec.method == method) return e->spec.spool_body;
-    return false;
+        if (e->spec.method == method) return &e->spec;
+    return nullptr;
 }
 
 std::vector<RouteSpec> Router::routes() const {

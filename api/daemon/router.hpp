@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "api/daemon/http/message.hpp"
-#include "api/daemon/http/server.hpp"
 #include "api/daemon/worker_pool.hpp"
 
 namespace nanovm::daemon {
@@ -59,14 +58,9 @@ public:
     /// Routes `request` and calls `reply` once (on this thread or a worker).
     void dispatch(http::Request request, http::Reply reply);
 
-    /// The body limit of the route `method` `path` matches (64 KiB if none).
-    size_t body_limit(std::string_view method, std::string_view path) const;
-
-    /// The code and message hint of a body over that limit (body_too_large if none).
-    http::ServerOptions::TooLarge body_too_large(std::string_view method, std::string_view path) const;
-
-    /// True if the route `method` `path` matches spools its body to a file.
-    bool spools_body(std::string_view method, std::string_view path) const;
+    /// The spec of the route `method` `path` matches, nullptr if none (one match: the
+    /// server asks its body's limit, 413 code and spooling from it once per request).
+    const RouteSpec* spec(std::string_view method, std::string_view path) const;
 
     /// Every route, in the order added.
     std::vector<RouteSpec> routes() const;

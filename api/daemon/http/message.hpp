@@ -15,7 +15,7 @@
 namespace nanovm::daemon::http {
 
 /// A request body the server wrote to a file instead of memory (a route that takes
-/// large uploads: ServerOptions::spool_dir). The file is removed when the last
+/// large uploads: BodyPolicy::spool_dir). The file is removed when the last
 /// owner lets go of it (the request and any copy of it), whatever the handler did.
 struct SpooledBody {
     std::string path;    ///< <spool dir>/.upload-XXXXXX, mode 0600

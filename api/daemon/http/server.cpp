@@ -136,15 +136,12 @@ private:
         }
         const std::string_view target(req.target().data(), req.target().size());
         const std::string_view method(req.method_string().data(), req.method_string().size());
-        const size_t limit = options().body_limit ? options().body_limit(method, target.substr(0, target.find('?')))
-                                                  : size_t(1) << 20;
+        body_ = options().body_policy ? options().body_policy(method, target.substr(0, target.find('?'))) : BodyPolicy{};
+        const size_t limit = body_.limit;
         const auto length = parser_->content_length();
-        too_large_ = options().body_too_large ? options().body_too_large(method, target.substr(0, target.find('?')))
-                                              : ServerOptions::TooLarge{};
-        if (too_large_.code.empty()) too_large_.code = "body_too_large";
         if (length && *length > limit)
-            return fail(too_large_.code, fmt::format("the body is {} bytes; this endpoint takes at most {}{}", *length, limit,
-                                                     too_large_.hint));
+            return fail(body_.too_large_code, fmt::format("the body is {} bytes; this endpoint takes at most {}{}", *length,
+                                                          limit, body_.too_large_hint));
         // RFC 9110 §10.1.1: a client that asked to wait (curl does for 1 MiB and more)
         // sends the body once told to go on, or after a second of its own.
         if (!parser_->is_done() && beast::iequals(req[bhttp::field::expect], "100-continue")) {
@@ -157,15 +154,14 @@ private:
         }
         parser_->body_limit(limit);
         if (!parser_->is_done()) buffer_.reserve(std::min(kBodyReadBuffer, length ? static_cast<size_t>(*length) : limit));
-        const std::string spool = options().spool_dir ? options().spool_dir(method, target.substr(0, target.find('?'))) : "";
-        if (!spool.empty()) return start_spool(spool, limit, length);
+        if (!body_.spool_dir.empty()) return start_spool(body_.spool_dir, limit, length);
         if (parser_->is_done()) return on_body({}, 0);
         bhttp::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&Session::on_body, this->shared_from_this()));
     }
 
     void on_body(beast::error_code ec, std::size_t) {
         if (ec == bhttp::error::body_limit)
-            return fail(too_large_.code, "the body is larger than this endpoint takes" + too_large_.hint);
+            return fail(body_.too_large_code, "the body is larger than this endpoint takes" + body_.too_large_hint);
         if (is_disconnect(ec) || ec == bhttp::error::partial_message) return close();
         if (ec) return fail("bad_request", fmt::format("malformed HTTP request: {}", ec.message()));
         auto& req = parser_->get();
@@ -216,7 +212,7 @@ private:
 
     void on_spooled(beast::error_code ec, std::size_t) {
         if (ec == bhttp::error::body_limit)
-            return fail(too_large_.code, "the body is larger than this endpoint takes" + too_large_.hint);
+            return fail(body_.too_large_code, "the body is larger than this endpoint takes" + body_.too_large_hint);
         if (ec == boost::system::errc::no_space_on_device)
             return fail("disk_full", fmt::format("writing the body to {}: {}", spooled_->path, ec.message()));
         if (is_disconnect(ec) || ec == bhttp::error::partial_message) return close();
@@ -507,7 +503,7 @@ private:
     std::optional<bhttp::request_parser<bhttp::file_body>> spool_parser_;  ///< a spooled body's (parser_ moved in)
     std::shared_ptr<SpooledBody> spooled_;  ///< its file until the request is dispatched
     bool keep_alive_ = false;
-    ServerOptions::TooLarge too_large_{"body_too_large", ""};  ///< the current request's, from on_header
+    BodyPolicy body_;  ///< the current request's, from on_header
     std::string method_, route_;
     int stream_status_ = 200;
     Clock::time_point started_{};

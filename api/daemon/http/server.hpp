@@ -17,6 +17,20 @@
 
 namespace nanovm::daemon::http {
 
+/// What a request's body may be, by its route (ServerOptions::body_policy).
+struct BodyPolicy {
+    size_t limit = size_t(1) << 20;  ///< bytes at most; over it: 413
+    std::string too_large_code = "body_too_large";  ///< that 413's catalogue code
+    std::string too_large_hint;  ///< what its message adds (the option that sets the limit)
+    /// The directory the body is written to instead of memory ("": held in memory).
+    /// Such a body is read with read_timeout per read instead of for the whole request
+    /// (an upload of gigabytes takes long), and reaches the dispatcher as
+    /// Request::spooled. A full file system is answered 507 disk_full: before reading
+    /// when the Content-Length does not fit the free space, or when a write fails with
+    /// ENOSPC.
+    std::string spool_dir;
+};
+
 /// What the server is started with.
 struct ServerOptions {
     std::string unix_socket;  ///< path to listen on (made 0600); must not exist
@@ -24,24 +38,10 @@ struct ServerOptions {
     uint16_t tcp_port = 0;    ///< 0: any free port (tcp_port() tells which)
     std::string token;        ///< the bearer token TCP requests must carry
     size_t header_limit = 16 * 1024;  ///< bytes of the request line and headers
-    /// The largest body a request may have, from its method and path (the file
-    /// upload route takes more than the JSON ones).
-    std::function<size_t(std::string_view method, std::string_view path)> body_limit;
-    /// How a body over body_limit is answered, from its method and path: its catalogue
-    /// code (413 either way) and what the message adds (e.g. the option that sets the
-    /// limit). Unset, or an empty code: body_too_large, nothing added.
-    struct TooLarge {
-        std::string code;
-        std::string hint;
-    };
-    std::function<TooLarge(std::string_view method, std::string_view path)> body_too_large;
-    /// The directory a request's body is written to instead of memory, from its
-    /// method and path ("" : held in memory). Such a body is read with read_timeout
-    /// per read instead of for the whole request (an upload of gigabytes takes long),
-    /// and reaches the dispatcher as Request::spooled. A full file system is answered
-    /// 507 disk_full: before reading when the Content-Length does not fit the free
-    /// space, or when a write fails with ENOSPC.
-    std::function<std::string(std::string_view method, std::string_view path)> spool_dir;
+    /// What a request's body may be (BodyPolicy), from its method and path (the file
+    /// upload route takes more than the JSON ones). Asked once per request; unset: the
+    /// BodyPolicy defaults.
+    std::function<BodyPolicy(std::string_view method, std::string_view path)> body_policy;
     std::chrono::milliseconds read_timeout{std::chrono::seconds(30)};   ///< a whole request (a spooled one: each read)
     std::chrono::milliseconds write_timeout{std::chrono::seconds(60)};  ///< per write, and idle keep-alive
     size_t stream_window = 1 << 20;  ///< bytes a streamed response may have queued
