@@ -125,7 +125,7 @@ std::string shmem_recommendation(const std::optional<std::string>& setting) {
     if (!setting || (*setting != "never" && *setting != "deny")) return {};
     return fmt::format(
         "echo advise > {}: guest RAM on 2 MiB pages, a nested page fault per 2 MiB instead of per 4 KiB "
-        "(test host, Linux 6.1, 2026-12-03: cold boot 1.75-1.89x QEMU's speed with advise, 0.94x with never; "
+        "(test host, Linux 6.1, 2026-12-03: cold boot 1.68-1.89x QEMU's speed with advise, 0.94x with never; "
         "snapshots, restores and forks checked with it: README \"Guest RAM and huge pages\")",
         kShmemEnabledPath);
 }
