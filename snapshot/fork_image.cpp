@@ -197,6 +197,12 @@ StandbyChain serve_fork_standby(Machine& standby, const std::string& base_layer)
     return out;
 }
 
+void drop_standby_chain(Machine& standby, StandbyChain& chain) noexcept {
+    if (!chain.server) return;
+    chain = {};
+    standby.memory().set_backing(GuestMemory::Backing::memfd);
+}
+
 RestoredMachine restore_fork(std::unique_ptr<Machine> standby, std::span<const uint8_t> bytes,
                              std::span<const int> memfds, int delta_fd, std::string_view what,
                              const std::string& base_layer) {
@@ -210,11 +216,14 @@ RestoredMachine restore_fork(std::unique_ptr<Machine> standby, StandbyChain chai
     if (chain.server) {
         const std::string wanted =
             base_layer.empty() ? "" : std::filesystem::absolute(base_layer).lexically_normal().string();
-        if (wanted != chain.server->chain().layers().front().path()) {
+        const std::string& served = chain.server->chain().layers().front().path();
+        // The same file under another spelling (a fork base names it relative to its
+        // own directory, through std::filesystem::relative's canonical paths) is the same chain.
+        std::error_code ec;
+        if (wanted != served && (wanted.empty() || !std::filesystem::equivalent(wanted, served, ec))) {
             // Served for another chain (or none is wanted): its registration goes with
             // it, and the RAM is plain fresh memfds again.
-            chain = {};
-            standby->memory().set_backing(GuestMemory::Backing::memfd);
+            drop_standby_chain(*standby, chain);
         }
     }
     RestoredMachine out;
@@ -243,6 +252,7 @@ RestoredMachine restore_fork(std::unique_ptr<Machine> standby, StandbyChain chai
         sink = std::move(chain.sink);
         chain.server->remap(machine.memory(), replace);
         out.uffd = std::move(chain.server);
+        out.chain_served_ahead = true;
     } else {
         replace();
         sink = std::make_shared<UffdErrorSink>();
@@ -259,11 +269,11 @@ RestoredMachine restore_fork(std::unique_ptr<Machine> standby, StandbyChain chai
     return out;
 }
 
-RestoredMachine restore_fork(std::unique_ptr<Machine> standby, const std::string& dir, std::span<const int> memfds,
+RestoredMachine restore_fork(ForkStandby standby, const std::string& dir, std::span<const int> memfds,
                              int delta_fd) {
     const std::string path = snapshot_part(dir, kStateFileName);
     const auto [state, base] = read_fork_base(dir);
-    return restore_fork(std::move(standby), state, memfds, delta_fd, path, base);
+    return restore_fork(std::move(standby.machine), std::move(standby.chain), state, memfds, delta_fd, path, base);
 }
 
 }  // namespace nanovm::snapshot

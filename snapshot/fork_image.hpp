@@ -115,9 +115,26 @@ struct StandbyChain {
 
 /// Serves `base_layer`'s chain (ForkImage::base_chain's top, as restore_fork takes
 /// it) over `standby`'s RAM (from make_fork_standby, never run). Such a standby takes
-/// fork claims only (restore_snapshot into it refuses: its RAM is lazy_memfd).
-/// Throws SnapshotError (chain, RAM size), SysError, Error as serve_chain.
+/// fork claims only (restore_snapshot into it refuses: its RAM is lazy_memfd) until
+/// drop_standby_chain. Throws SnapshotError (chain, RAM size), SysError, Error as
+/// serve_chain.
 StandbyChain serve_fork_standby(Machine& standby, const std::string& base_layer);
+
+/// Ends `chain` (its server's thread and userfaultfd, and with them the registration
+/// over `standby`'s RAM), so the RAM is plain fresh memfds again (Backing::memfd), as
+/// restore_snapshot(standby, ...) and a fork without that chain want. No-op for an
+/// empty chain. Never throws.
+void drop_standby_chain(Machine& standby, StandbyChain& chain) noexcept;
+
+/// A fork child's Machine made ahead (make_fork_standby) and, for a parent whose
+/// frozen layer has holes (a restored VM or a fork child of one), that parent's
+/// chain served over it ahead (serve_fork_standby; empty otherwise). What a standby
+/// VMM (api/vm/fork_standby.hpp) hands to the VM it becomes.
+struct ForkStandby {
+    std::unique_ptr<Machine> machine;
+    StandbyChain chain;
+    explicit operator bool() const noexcept { return machine != nullptr; }
+};
 
 /// restore_fork into `standby` (from make_fork_standby, never run): its RAM mapping
 /// is replaced in place by the frozen layer (GuestMemory::remap_private; KVM's MMU
@@ -140,8 +157,9 @@ RestoredMachine restore_fork(std::unique_ptr<Machine> standby, StandbyChain chai
 /// first. Throws SnapshotError naming the part, as restore_fork.
 RestoredMachine restore_fork(const Kvm& kvm, const std::string& dir, std::span<const int> memfds, int delta_fd = -1);
 
-/// The same into a standby (see above).
-RestoredMachine restore_fork(std::unique_ptr<Machine> standby, const std::string& dir, std::span<const int> memfds,
+/// The same into a standby (see above); its chain, if any, is used when it serves
+/// the fork base's base layer, else dropped.
+RestoredMachine restore_fork(ForkStandby standby, const std::string& dir, std::span<const int> memfds,
                              int delta_fd = -1);
 
 /// The manifest chain lines of fork base `dir` for `image` (empty unless it has a

@@ -123,6 +123,7 @@ struct RestoredMachine {
     double state_ms = 0;   ///< reading vm.state + creating the Machine + loading its state, ms
     std::string devices;   ///< vm.state's "devices" section (empty: none), for the device owner
     size_t prefetch_pages = 0;  ///< uffd: pages of the last restore's prefetch.pages being copied in
+    bool chain_served_ahead = false;  ///< a fork into a standby that served its chain ahead (StandbyChain)
 };
 
 /// The bytes of `dir`'s vm.state after checking `manifest` (read_manifest(dir)):

@@ -446,6 +446,7 @@ VmCommands add_vm_commands(CLI::App& app, VmCommandOptions& o) {
     c.standby->add_option("--parent-pid", o.standby.parent_pid)->required();
     c.standby->add_option("--cpus", o.standby.vcpus)->required()->check(CLI::Range(kMinCpus, kMaxCpus));
     c.standby->add_option("--ram-bytes", o.standby.ram_bytes)->required();
+    c.standby->add_option("--fork-base", o.standby.fork_base);
     return c;
 }
 

@@ -66,7 +66,7 @@ int run_fork_standby(const StandbyOptions& o) {
     ::signal(SIGPIPE, SIG_IGN);
     const std::string name = fmt::format("standby {}", o.socket.substr(o.socket.rfind('/') + 1));
     Fd status(o.status_fd);
-    std::unique_ptr<Machine> machine;
+    snapshot::ForkStandby standby;
     Fd listener, parent;
     try {
         parent = Fd(static_cast<int>(::syscall(SYS_pidfd_open, o.parent_pid, 0)));
@@ -78,7 +78,15 @@ int run_fork_standby(const StandbyOptions& o) {
         shape.vcpus = o.vcpus;
         shape.irqchip = 1;  // a Linux VM's (api/vm/linux_vm.cpp)
         shape.ram_bytes = o.ram_bytes;
-        machine = snapshot::make_fork_standby(kvm, shape);
+        standby.machine = snapshot::make_fork_standby(kvm, shape);
+        if (!o.fork_base.empty()) {
+            try {
+                standby.chain = snapshot::serve_fork_standby(*standby.machine, o.fork_base);
+            } catch (const std::exception& e) {
+                // A fork claim serves the chain itself then (restore_fork).
+                log_line(fmt::format("{}: the parent's chain is not served ahead: {}", name, e.what()));
+            }
+        }
         listener = listen_on(o.socket);
     } catch (const std::exception& e) {
         log_line(fmt::format("{}: {}", name, e.what()));
@@ -108,7 +116,7 @@ int run_fork_standby(const StandbyOptions& o) {
                 throw Error("standby claim: neither a fork nor a restore (no restore_dir)");
             // A restore: the snapshot must be of this standby's shape (a fork child's
             // always is: the standby was made for its parent).
-            if (claim.options.fork_memory.empty()) check_restore_shape(claim.options.restore_dir, *machine);
+            if (claim.options.fork_memory.empty()) check_restore_shape(claim.options.restore_dir, *standby.machine);
         } catch (const std::exception& e) {
             log_line(fmt::format("{}: refused a claim: {}", name, e.what()));
             answer_claim(conn.get(), fmt::format("no: {}", e.what()));
@@ -137,7 +145,7 @@ int run_fork_standby(const StandbyOptions& o) {
         options.lock_fd = claim.lock.release();
         options.ready_fd = claim.ready.release();
         options.started_fd = status.release();
-        return run_vmm(options, std::move(machine));
+        return run_vmm(options, std::move(standby));
     }
 }
 

@@ -179,6 +179,7 @@ struct LinuxVm::Parts {
     // A guest restored from a snapshot: its vCPUs and memory come from `restored`.
     Parts(Kvm kvm_, snapshot::RestoredMachine restored, const BootOptions& options, int console_fd)
         : kvm(std::move(kvm_)),
+          chain_served_ahead(restored.chain_served_ahead),
           uffd(std::move(restored.uffd)),
           machine_owner(std::move(restored.machine)),
           machine(*machine_owner),
@@ -198,6 +199,7 @@ struct LinuxVm::Parts {
     void on_i8042_reset() { machine.request_stop(StopReason{StopReason::Kind::reset, {}, "i8042 reset"}); }
 
     Kvm kvm;
+    bool chain_served_ahead = false;  // snapshot::RestoredMachine's
     std::unique_ptr<snapshot::UffdServer> uffd;  // serves the RAM of a restored VM (or of a restored VM's fork child)
     std::unique_ptr<Machine> machine_owner;
     Machine& machine;
@@ -250,12 +252,13 @@ LinuxVm::LinuxVm(const BootOptions& options, int console_fd)
 
 LinuxVm::LinuxVm(const std::string& dir, snapshot::MemoryBackend backend,
                  const std::function<BootOptions(const nlohmann::json& saved)>& make_options, int console_fd,
-                 std::span<const int> fork_memfds, int fork_delta, std::unique_ptr<Machine> standby) {
+                 std::span<const int> fork_memfds, int fork_delta, snapshot::ForkStandby standby) {
     // A standby checked this host when it was made (fork_standby.cpp): not again on the restore's path.
     Kvm kvm = standby ? Kvm::open() : open_kvm();
     snapshot::RestoredMachine restored;
     if (fork_memfds.empty()) {
-        restored = standby ? snapshot::restore_snapshot(std::move(standby), dir, backend)
+        if (standby) snapshot::drop_standby_chain(*standby.machine, standby.chain);
+        restored = standby ? snapshot::restore_snapshot(std::move(standby.machine), dir, backend)
                            : snapshot::restore_snapshot(kvm, dir, backend);
     } else {
         restored = standby ? snapshot::restore_fork(std::move(standby), dir, fork_memfds, fork_delta)
@@ -307,6 +310,7 @@ void LinuxVm::wait_compaction() { parts_->compactor->wait(); }
 Machine& LinuxVm::machine() noexcept { return parts_->machine; }
 Serial& LinuxVm::com1() noexcept { return parts_->legacy.com1(); }
 snapshot::UffdServer* LinuxVm::uffd() noexcept { return parts_->uffd.get(); }
+bool LinuxVm::chain_served_ahead() const noexcept { return parts_->chain_served_ahead; }
 StopReason LinuxVm::run() { return parts_->machine.run(parts_->pio, parts_->mmio); }
 GuestOutcome LinuxVm::outcome(const StopReason& reason) const {
     return guest_outcome(reason, parts_->legacy.control_port().announcement());

@@ -63,10 +63,11 @@ public:
     /// delta `fork_delta` applied if >= 0; `backend` is not used. With `standby` (a
     /// Machine of the snapshot's shape made ahead, snapshot::make_fork_standby) the
     /// snapshot or fork is restored into it (snapshot::restore_snapshot(standby, ...),
-    /// restore_fork(standby, ...)) instead of a new one.
+    /// restore_fork(standby, ...)) instead of a new one; a chain it serves ahead is
+    /// used by a fork over that chain and dropped otherwise.
     LinuxVm(const std::string& dir, snapshot::MemoryBackend backend,
             const std::function<BootOptions(const nlohmann::json& saved)>& make_options, int console_fd,
-            std::span<const int> fork_memfds = {}, int fork_delta = -1, std::unique_ptr<Machine> standby = nullptr);
+            std::span<const int> fork_memfds = {}, int fork_delta = -1, snapshot::ForkStandby standby = {});
     ~LinuxVm();
     LinuxVm(const LinuxVm&) = delete;
     LinuxVm& operator=(const LinuxVm&) = delete;
@@ -77,6 +78,9 @@ public:
     Serial& com1() noexcept;
     /// What serves a restored VM's RAM on first touch (its counters), or nullptr.
     snapshot::UffdServer* uffd() noexcept;
+    /// True for a fork child made in a standby that served its parent's chain ahead
+    /// (snapshot::StandbyChain; the claim only moved that userfaultfd registration).
+    bool chain_served_ahead() const noexcept;
     /// Runs the guest until it ends (Machine::run).
     StopReason run();
     /// How the guest ended: the stop reason read with guest-init's announcement.

@@ -56,10 +56,11 @@ std::vector<std::string> standby_sockets(const std::string& vm_dir) {
 }
 
 StandbyKeeper::StandbyKeeper(std::string exe, std::string vm_dir, std::string log_path, uint32_t vcpus,
-                             uint64_t ram_bytes, uint32_t count)
+                             uint64_t ram_bytes, uint32_t count, std::string fork_base)
     : exe_(std::move(exe)),
       vm_dir_(std::move(vm_dir)),
       log_path_(std::move(log_path)),
+      fork_base_(std::move(fork_base)),
       vcpus_(vcpus),
       ram_bytes_(ram_bytes),
       count_(std::min(count, kMaxForkStandby)),
@@ -107,12 +108,16 @@ void StandbyKeeper::spawn() {
     int p[2];
     if (::pipe2(p, O_CLOEXEC) != 0) throw_errno("pipe2");
     Fd read_end(p[0]), write_end(p[1]);
-    const std::vector<std::string> args = {exe_,          "_standby",
-                                           "--socket",    socket,
-                                           "--status-fd", "3",
-                                           "--parent-pid", std::to_string(::getpid()),
-                                           "--cpus",      std::to_string(vcpus_),
-                                           "--ram-bytes", std::to_string(ram_bytes_)};
+    std::vector<std::string> args = {exe_,          "_standby",
+                                     "--socket",    socket,
+                                     "--status-fd", "3",
+                                     "--parent-pid", std::to_string(::getpid()),
+                                     "--cpus",      std::to_string(vcpus_),
+                                     "--ram-bytes", std::to_string(ram_bytes_)};
+    if (!fork_base_.empty()) {
+        args.push_back("--fork-base");
+        args.push_back(fork_base_);
+    }
     std::vector<char*> argv;
     for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);

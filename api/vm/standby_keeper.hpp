@@ -41,9 +41,11 @@ class StandbyKeeper {
 public:
     /// Keeps `count` (0..kMaxForkStandby) standbys of shape `vcpus` x `ram_bytes` for
     /// the VM in `vm_dir`, started as `exe _standby ...` with their output appended to
-    /// `log_path`. Nothing starts before start().
+    /// `log_path`; with `fork_base` (the VM's chain top, an absolute memory.layer
+    /// path, for a VM whose RAM a chain serves) each serves that chain ahead
+    /// (StandbyOptions::fork_base). Nothing starts before start().
     StandbyKeeper(std::string exe, std::string vm_dir, std::string log_path, uint32_t vcpus, uint64_t ram_bytes,
-                  uint32_t count);
+                  uint32_t count, std::string fork_base = {});
     /// Stops the thread, SIGTERMs the unclaimed standbys and reaps them. Claimed ones
     /// (running VMs now) are left alone.
     ~StandbyKeeper();
@@ -67,7 +69,7 @@ private:
     void loop();
     void spawn();
 
-    std::string exe_, vm_dir_, log_path_;
+    std::string exe_, vm_dir_, log_path_, fork_base_;
     uint32_t vcpus_;
     uint64_t ram_bytes_;
     uint32_t count_;

@@ -740,7 +740,7 @@ std::vector<Fd> open_fork_memory_if(const std::string& spec) {
     return spec.empty() ? std::vector<Fd>{} : open_fork_memory(spec);
 }
 
-int serve(const VmmOptions& requested, ReadyPipe& pipe, std::unique_ptr<Machine> standby) {
+int serve(const VmmOptions& requested, ReadyPipe& pipe, snapshot::ForkStandby standby) {
     if (!is_vm_id(requested.id)) throw Error(fmt::format("{}: not a VM id", requested.id));
     VmmOptions options = requested;
     const RunDir run = vmm_run_dir(options);
@@ -757,7 +757,7 @@ int serve(const VmmOptions& requested, ReadyPipe& pipe, std::unique_ptr<Machine>
     BootOptions boot;
     // A fork's shared snapshot stays while any VM whose disks read from it runs.
     std::vector<Fd> fork_bases;
-    const bool from_standby = standby != nullptr;
+    const bool from_standby = static_cast<bool>(standby);
     if (standby && !restore) throw Error("a standby VMM can only become a fork child or a restored VM (--restore)");
     if (restore) {
         const auto restore_start = Clock::now();
@@ -785,7 +785,10 @@ int serve(const VmmOptions& requested, ReadyPipe& pipe, std::unique_ptr<Machine>
                              options.restore_dir,
                              fork_memfds.empty()
                                  ? options.memory_backend + " backend" + (from_standby ? ", into a standby" : "")
-                             : from_standby ? "a fork into a standby: memory mapped from the parent's frozen layer"
+                             : from_standby ? (vm->chain_served_ahead()
+                                                   ? "a fork into a standby: memory mapped from the parent's frozen layer, "
+                                                     "its holes served from the parent's chain, opened ahead"
+                                                   : "a fork into a standby: memory mapped from the parent's frozen layer")
                                             : "a fork: memory mapped from the parent's frozen layer",
                              snapshot::ms_since(restore_start)));
     } else if (options.reboot) {
@@ -833,8 +836,13 @@ int serve(const VmmOptions& requested, ReadyPipe& pipe, std::unique_ptr<Machine>
     } catch (const std::exception& e) {
         log_line(fmt::format("no fork standbys: {}", e.what()));  // the VM runs on; its forks start cold
     }
+    // A VM whose RAM a chain serves (restored, or a fork child of one): its forks'
+    // frozen layers have holes that chain fills, so its standbys serve it ahead.
+    const std::string chain_top =
+        vm->uffd() ? std::filesystem::absolute(vm->uffd()->chain().layers().front().path()).lexically_normal().string()
+                   : "";
     StandbyKeeper standbys(exe, paths.dir, paths.vmm_log(), vm->machine().vcpu_count(),
-                           vm->machine().memory().ram_bytes(), exe.empty() ? 0 : options.fork_standby);
+                           vm->machine().memory().ram_bytes(), exe.empty() ? 0 : options.fork_standby, chain_top);
     if (const char* trace = std::getenv("NANOVM_UFFD_TRACE"); trace && std::string(trace) == "1" && vm->uffd())
         vm->uffd()->enable_trace();
     std::thread readiness([&] {
@@ -863,9 +871,9 @@ RunDir vmm_run_dir(const VmmOptions& options) {
     return options.run_dir.empty() ? default_run_dir() : RunDir{options.run_dir};
 }
 
-int run_vmm(const VmmOptions& options) { return run_vmm(options, nullptr); }
+int run_vmm(const VmmOptions& options) { return run_vmm(options, snapshot::ForkStandby{}); }
 
-int run_vmm(const VmmOptions& options, std::unique_ptr<Machine> standby) {
+int run_vmm(const VmmOptions& options, snapshot::ForkStandby standby) {
     // A VMM outlives whoever started it (nanovmd restarts; `vm start` returns): a
     // write to a pipe or socket whose reader is gone (the readiness pipe, before
     // serve() blocks the termination signals) must be an EPIPE, never a death.

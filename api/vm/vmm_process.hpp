@@ -44,6 +44,7 @@
 
 #include "api/vm/state_dir.hpp"
 #include "api/vm/vmm_options.hpp"
+#include "snapshot/fork_image.hpp"
 #include "vmm/machine.hpp"
 
 namespace nanovm::vm {
@@ -66,9 +67,10 @@ inline constexpr int kVmmExitReboot = 3;
 /// Never throws.
 int run_vmm(const VmmOptions& options);
 
-/// run_vmm for a fork child whose Machine was made ahead by a standby
-/// (api/vm/fork_standby.hpp; snapshot::make_fork_standby): `options` must name a fork
-/// (restore_dir and fork_memory); the standby is restored into instead of a new Machine.
-int run_vmm(const VmmOptions& options, std::unique_ptr<Machine> standby);
+/// run_vmm for a fork child or a restore whose Machine was made ahead by a standby
+/// (api/vm/fork_standby.hpp; snapshot::make_fork_standby, with the parent's chain
+/// served ahead for a restored parent): `options` must name a restore_dir (and
+/// fork_memory for a fork); the standby is restored into instead of a new Machine.
+int run_vmm(const VmmOptions& options, snapshot::ForkStandby standby);
 
 }  // namespace nanovm::vm

@@ -250,10 +250,13 @@ std::map<std::string, std::string> collect(Child& child) {
 }
 
 // The child's "running_at_ns" as a time point of our (the same, CLOCK_MONOTONIC) clock.
-Clock::time_point running_at(const std::map<std::string, std::string>& out) {
-    return Clock::time_point(std::chrono::duration_cast<Clock::duration>(
-        std::chrono::nanoseconds(std::stoll(out.at("running_at_ns")))));
+// A child's `key`=N (ns on CLOCK_MONOTONIC, the steady_clock of both processes).
+Clock::time_point at_ns(const std::map<std::string, std::string>& out, const std::string& key) {
+    return Clock::time_point(
+        std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(std::stoll(out.at(key)))));
 }
+
+Clock::time_point running_at(const std::map<std::string, std::string>& out) { return at_ns(out, "running_at_ns"); }
 
 void check_child(const std::map<std::string, std::string>& out, const std::string& what) {
     if (out.at("exit") != "0")
@@ -335,8 +338,10 @@ void fork_once(const Kvm& kvm, Machine& parent, snapshot::UffdServer* uffd, cons
         }
         for (int k = 0; k < count; ++k) children.push_back(spawn_child(args));
     }
-    Clock::time_point last_running = t;
-    double restore_call = 0, in_child = 0, uffd_faults = 0, memory = 0, moved0 = 0, moved1 = 0;
+    const auto sent = Clock::now();
+    f.add(key + "_sent", std::chrono::duration<double, std::milli>(sent - t).count());
+    Clock::time_point last_running = t, last_claim = t;
+    double restore_call = 0, started = 0, in_child = 0, uffd_faults = 0, memory = 0, moved0 = 0, moved1 = 0;
     std::vector<std::map<std::string, std::string>> outs;
     for (Child& c : children) outs.push_back(collect(c));  // all reaped before any check throws
     // The parent's old mappings go once the children run (the VMM does it on an
@@ -348,15 +353,19 @@ void fork_once(const Kvm& kvm, Machine& parent, snapshot::UffdServer* uffd, cons
         const auto& out = outs[k];
         check_child(out, fmt::format("{} child {}", key, k));
         last_running = std::max(last_running, running_at(out));
+        if (out.count("claim_at_ns")) last_claim = std::max(last_claim, at_ns(out, "claim_at_ns"));
         restore_call = std::max(restore_call, std::stod(out.at("restore_ms")));
         in_child = std::max(in_child, std::stod(out.at("running_ms")));
+        started = std::max(started, std::stod(out.at("started_ms")));
         if (out.count("uffd_faults_running")) uffd_faults = std::max(uffd_faults, std::stod(out.at("uffd_faults_running")));
         memory = std::max(memory, std::stod(out.at("memory_ms")));
         moved0 = std::max(moved0, std::stod(out.at("moved0_ms")));
         moved1 = std::max(moved1, std::stod(out.at("moved1_ms")));
     }
     f.add(key, std::chrono::duration<double, std::milli>(last_running - t).count());
+    if (standby) f.add(key + "_child_claim_max", std::chrono::duration<double, std::milli>(last_claim - t).count());
     f.add(key + "_child_restore_call_max", restore_call);
+    f.add(key + "_child_started_max", started);  // the child's restore start -> its run thread started
     f.add(key + "_child_running_max", in_child);  // the child's restore start -> its vCPUs run
     if (uffd) f.add(key + "_child_max_uffd_faults", uffd_faults);  // chain pages its vCPUs waited for, by then
     f.add(key + "_child_memory_max", memory);  // the layer mapped (and the chain served)

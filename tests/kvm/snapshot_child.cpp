@@ -38,6 +38,7 @@
 //   running_ms=...        restore start -> every vCPU seen running (ms)
 //   running_at_ns=N       that moment on CLOCK_MONOTONIC (steady_clock; the parent
 //                         compares it with its own request time)
+//   claim_at_ns=N         (--standby) the moment its claim line was read, the same clock
 //   started_ms=..., moved<i>_ms=...  restore start -> the run thread started, -> vCPU i
 //                         seen counting (ms)
 //   uffd_faults_running=N chain pages its vCPUs (and this thread) waited for by then
@@ -261,14 +262,16 @@ int run(int argc, char** argv) {
             throw Error("--standby VCPUS,RAM_MIB,IRQCHIP");
         shape.ram_bytes = uint64_t{mib} * MiB;
         auto machine = snapshot::make_fork_standby(kvm, shape);
-        // A standby for a restored parent's fork serves its chain ahead (the VMM's standbys
-        // do not yet: api/vm/fork_standby.cpp would need the parent's chain top).
+        // A standby for a restored parent's fork serves its chain ahead, as the VMM's
+        // standbys of a restored VM do (api/vm/fork_standby.hpp, StandbyOptions::fork_base).
         snapshot::StandbyChain chain;
         if (!fork_base.empty()) chain = snapshot::serve_fork_standby(*machine, fork_base);
         std::cout << "standby_ready" << std::endl;
         std::string line;
         if (!std::getline(std::cin, line)) throw Error("standby: no fork arrived (stdin closed)");
         t = Clock::now();
+        std::cout << fmt::format("claim_at_ns={}\n", std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                          t.time_since_epoch()).count());
         char restore_dir[4096] = {}, restore_backend[16] = {};
         if (std::sscanf(line.c_str(), "restore %4095s %15s", restore_dir, restore_backend) == 2) {
             restored = snapshot::restore_snapshot(std::move(machine), restore_dir, parse_backend(restore_backend));

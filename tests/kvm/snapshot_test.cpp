@@ -554,6 +554,7 @@ TEST_CASE("a restored VM (either backend) snapshots with its RAM frozen in the p
         snapshot::write_full_snapshot(kvm, machine, s0, nullptr);
     }
     const snapshot::LayerFile s0_layer = snapshot::LayerFile::open(s0 + "/memory.layer");
+    const std::string s0_crc = child_ram_crc(s0, "file");
 
     // restore -> write 64 MiB -> snapshot -> restore that: the RAM of the instant.
     for (const auto backend : {snapshot::MemoryBackend::file, snapshot::MemoryBackend::uffd}) {
@@ -623,6 +624,7 @@ TEST_CASE("a restored VM (either backend) snapshots with its RAM frozen in the p
         CHECK(standby->memory().backing() == GuestMemory::Backing::lazy_memfd);
         snapshot::RestoredMachine ahead = snapshot::restore_fork(std::move(standby), std::move(chain), image.state, fds,
                                                                  -1, "fork state", image.base_chain[0].path);
+        CHECK(ahead.chain_served_ahead);
         GuestMemory& m = ahead.machine->memory();
         CHECK(m.backing() == GuestMemory::Backing::lazy_private_memfd);
         CHECK(m.read<uint64_t>(Gpa(96 * MiB - kPageSize)) == 0);
@@ -639,7 +641,31 @@ TEST_CASE("a restored VM (either backend) snapshots with its RAM frozen in the p
         const snapshot::RestoredMachine plain =
             snapshot::restore_fork(std::move(other), std::move(unused), image.state, fds, -1, "fork state", "");
         CHECK_FALSE(plain.uffd);
+        CHECK_FALSE(plain.chain_served_ahead);
         CHECK(plain.machine->memory().backing() == GuestMemory::Backing::private_memfd);
+        // Served under one spelling of the layer's path (through a symlink to its
+        // directory, as a restore given such a path has it), claimed under another (a
+        // fork base's, resolved canonically): the same file, so the same chain.
+        const std::string link = dir.file("s0-link");
+        std::filesystem::create_directory_symlink(s0, link);
+        auto spelled = snapshot::make_fork_standby(kvm, snapshot::machine_shape(parent.machine()));
+        snapshot::StandbyChain linked = snapshot::serve_fork_standby(*spelled, link + "/memory.layer");
+        const snapshot::RestoredMachine same = snapshot::restore_fork(std::move(spelled), std::move(linked), image.state,
+                                                                      fds, -1, "fork state", image.base_chain[0].path);
+        CHECK(same.chain_served_ahead);
+        CHECK(test::ram_crc(same.machine->memory()) == crc_fork);
+        // A standby that served a chain, claimed for a restore instead (the VMM's
+        // standbys of a restored VM take both): the chain dropped, its RAM fresh memfds
+        // again, the restore into it is s0's RAM.
+        auto dropped = snapshot::make_fork_standby(kvm, snapshot::machine_shape(parent.machine()));
+        snapshot::StandbyChain served = snapshot::serve_fork_standby(*dropped, image.base_chain[0].path);
+        snapshot::drop_standby_chain(*dropped, served);
+        CHECK_FALSE(served.server);
+        CHECK(dropped->memory().backing() == GuestMemory::Backing::memfd);
+        snapshot::drop_standby_chain(*dropped, served);  // idempotent
+        const snapshot::RestoredMachine into =
+            snapshot::restore_snapshot(std::move(dropped), s0, snapshot::MemoryBackend::file);
+        CHECK(fmt::format("{:#010x}", test::ram_crc(into.machine->memory())) == s0_crc);
     }
     snapshot::RestoredMachine child_vm =
         snapshot::restore_fork(kvm, image.state, fds, -1, "fork state", image.base_chain[0].path);

@@ -136,6 +136,12 @@ rkid=$(svm fork "$restored" 2>"$sn/rfork.err"); rfs=$?
 rgen=$(guest "$rkid" 'cat /root/gen2.txt')
 check "a restored VM forks: its child has its file (exit $rfs, got '$rgen')" test "$rgen" = second-generation
 [ "$rgen" = second-generation ] || sshow rfork.err
+# The restored VM's standbys served its chain ahead: the child only moved that
+# userfaultfd registration onto the frozen layer (api/vm/fork_standby.hpp).
+rkid_log=$(grep -m 1 -o "its holes served from the parent's chain, opened ahead" "$NANOVM_RUN_DIR/vms/$rkid/vmm.log" 2>/dev/null)
+check "the restored VM's fork child started in a standby that served the parent's chain ahead ('${rkid_log:-not in its vmm.log}')" \
+  test -n "$rkid_log"
+[ -n "$rkid_log" ] || diag "$NANOVM_RUN_DIR/vms/$rkid/vmm.log" 15
 sstop "$rkid"
 # A restore into $third's standby (same shape: made ahead, as fork children use them).
 for _ in $(seq 50); do sock=$(ls "$NANOVM_RUN_DIR/vms/$third"/standby-*.sock 2>/dev/null | head -1); [ -n "$sock" ] && break; sleep 0.2; done
