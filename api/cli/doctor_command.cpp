@@ -4,7 +4,6 @@
 #include <sys/stat.h>
 
 #include <cstdio>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,6 +15,7 @@
 #include "api/client/api_client.hpp"
 #include "api/vm/paths.hpp"
 #include "vmm/error.hpp"
+#include "vmm/host_thp.hpp"
 #include "vmm/kvm.hpp"
 #include "vmm/kvm_flavour.hpp"
 #include "vmm/log.hpp"
@@ -100,39 +100,9 @@ DaemonStatus daemon_status() {
     return d;
 }
 
-constexpr const char* kShmemEnabledPath = "/sys/kernel/mm/transparent_hugepage/shmem_enabled";
-
-/// The selected word of transparent_hugepage/shmem_enabled ("always within_size
-/// [advise] never deny force" -> "advise"); nullopt if the file is missing or odd.
-std::optional<std::string> shmem_enabled() {
-    std::ifstream in(kShmemEnabledPath);
-    std::string text;
-    if (!std::getline(in, text)) return std::nullopt;
-    const size_t open = text.find('['), close = text.find(']');
-    if (open == std::string::npos || close == std::string::npos || close < open) return std::nullopt;
-    return text.substr(open + 1, close - open - 1);
-}
-
-/// Whether guest RAM (a memfd that nanovm madvise(MADV_HUGEPAGE)s) gets huge pages.
-bool shmem_huge_pages(const std::optional<std::string>& setting) {
-    return setting && (*setting == "advise" || *setting == "always" || *setting == "within_size" ||
-                       *setting == "force");
-}
-
-/// What to do about the setting: advise when guest RAM gets no huge pages because
-/// shmem_enabled is never (Linux's default) or deny; empty otherwise.
-std::string shmem_recommendation(const std::optional<std::string>& setting) {
-    if (!setting || (*setting != "never" && *setting != "deny")) return {};
-    return fmt::format(
-        "echo advise > {}: guest RAM on 2 MiB pages, a nested page fault per 2 MiB instead of per 4 KiB "
-        "(test host, Linux 6.1, 2026-12-03: cold boot 1.68-1.89x QEMU's speed with advise, 0.94x with never; "
-        "snapshots, restores and forks checked with it: README \"Guest RAM and huge pages\")",
-        kShmemEnabledPath);
-}
-
 struct Report {
     KvmHostInfo host;
-    std::optional<std::string> shmem_enabled;  // see shmem_enabled()
+    std::optional<std::string> shmem_enabled;  // read_shmem_enabled()
     std::optional<std::string> open_error;  // why /dev/kvm did not open
     int api_version = 0;
     std::vector<std::pair<const Capability*, int>> capabilities;
@@ -144,7 +114,7 @@ struct Report {
 Report gather() {
     Report report;
     report.host = detect_kvm_host();
-    report.shmem_enabled = shmem_enabled();
+    report.shmem_enabled = read_shmem_enabled();
     if (report.host.dev_kvm_exists) {
         try {
             const Kvm kvm = Kvm::open();
@@ -202,11 +172,11 @@ void print_text(const Report& r) {
         fmt::print("Capabilities\n  (not known: /dev/kvm could not be opened)\n");
     }
     fmt::print("Host\n");
-    if (shmem_huge_pages(r.shmem_enabled))
+    if (shmem_gives_huge_pages(r.shmem_enabled))
         fmt::print("  {:<28} yes (shmem_enabled: {})\n", "guest RAM huge pages", *r.shmem_enabled);
     else
         fmt::print("  {:<28} no (shmem_enabled: {})\n", "guest RAM huge pages", r.shmem_enabled.value_or("unknown"));
-    if (const std::string advice = shmem_recommendation(r.shmem_enabled); !advice.empty())
+    if (const std::string advice = shmem_advice(r.shmem_enabled); !advice.empty())
         fmt::print("  {:<28} {}\n", "recommended", advice);
     fmt::print("Guest\n");
     fmt::print("  {:<28} {}\n", "kernel", file_line(r.kernel, kBuildKernelCommand));
@@ -245,8 +215,8 @@ void print_json(const Report& r) {
     };
     j["host"]["shmem_enabled"] =
         r.shmem_enabled ? nlohmann::ordered_json(*r.shmem_enabled) : nlohmann::ordered_json(nullptr);
-    j["host"]["guest_ram_huge_pages"] = shmem_huge_pages(r.shmem_enabled);
-    const std::string advice = shmem_recommendation(r.shmem_enabled);
+    j["host"]["guest_ram_huge_pages"] = shmem_gives_huge_pages(r.shmem_enabled);
+    const std::string advice = shmem_advice(r.shmem_enabled);
     j["host"]["recommendation"] = advice.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(advice);
     j["guest"]["kernel"] = file(r.kernel, kBuildKernelCommand);
     j["guest"]["initramfs"] = file(r.initrd, kBuildInitrdCommand);
