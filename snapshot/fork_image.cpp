@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -197,6 +198,18 @@ StandbyChain serve_fork_standby(Machine& standby, const std::string& base_layer)
     return out;
 }
 
+namespace {
+
+// Whether open file `fd` is the file at `path` now (device and inode; false if either
+// cannot be read).
+bool same_file(int fd, const std::string& path) {
+    struct stat held {}, named {};
+    return ::fstat(fd, &held) == 0 && ::stat(path.c_str(), &named) == 0 && held.st_dev == named.st_dev &&
+           held.st_ino == named.st_ino;
+}
+
+}  // namespace
+
 void drop_standby_chain(Machine& standby, StandbyChain& chain) noexcept {
     if (!chain.server) return;
     chain = {};
@@ -216,11 +229,9 @@ RestoredMachine restore_fork(std::unique_ptr<Machine> standby, StandbyChain chai
     if (chain.server) {
         const std::string wanted =
             base_layer.empty() ? "" : std::filesystem::absolute(base_layer).lexically_normal().string();
-        const std::string& served = chain.server->chain().layers().front().path();
-        // The same file under another spelling (a fork base names it relative to its
-        // own directory, through std::filesystem::relative's canonical paths) is the same chain.
-        std::error_code ec;
-        if (wanted != served && (wanted.empty() || !std::filesystem::equivalent(wanted, served, ec))) {
+        // The file the server holds open, under whatever spelling: a fork base names it
+        // relative to its own directory (std::filesystem::relative's canonical paths).
+        if (wanted.empty() || !same_file(chain.server->chain().layers().front().fd(), wanted)) {
             // Served for another chain (or none is wanted): its registration goes with
             // it, and the RAM is plain fresh memfds again.
             drop_standby_chain(*standby, chain);
