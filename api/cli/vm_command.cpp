@@ -411,7 +411,10 @@ VmCommands add_vm_commands(CLI::App& app, VmCommandOptions& o) {
         ->check(CLI::IsMember({"file", "uffd"}))
         ->capture_default_str();
     add_standby_option(c.restore, o.fork_standby);
-    c.restore->add_option("--into-standby", o.into_standby)->group("");  // hidden: a standby socket to restore into
+    c.restore->add_option("--into-standby", o.into_standby,
+                          "Restore into a VMM made ahead: another running VM's fork standby of the snapshot's "
+                          "shape, by its socket (<run dir>/vms/<id>/standby-<n>.sock; several are tried in order)")
+        ->check(CLI::ExistingPath);
     c.fork = c.vm->add_subcommand("fork", "Fork a running VM into N new VMs; print their ids");
     c.fork->add_option("id", o.id, "VM id")->required();
     c.fork->add_option("-n", o.fork_count, "How many children (1 to 4)")
