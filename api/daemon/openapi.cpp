@@ -42,6 +42,7 @@ json schemas() {
                            {"memory_mb", integer},
                            {"disable_internet", boolean},
                            {"image", nullable_str},
+                           {"template", nullable_str},
                            {"snapshot_id", nullable_str},
                            {"parent_id", nullable_str},
                            {"metadata", labels},
