@@ -158,6 +158,14 @@ def run():
                            text=True, timeout=30)
         tap.ok(p.returncode == 2 and "--max-memory: Value 0 not in range 128" in p.stderr,
                f"--max-memory 0: refused at the start, exit 2 ({p.returncode})", p.stderr)
+        # Likewise an upload limit no upload fits under (0: every file write was a 413).
+        for flag, value, want in [("--max-file-size", "0", "--max-file-size: Value 0 not in range 1024 to 4294967296"),
+                                  ("--max-file-size", "4294967297", "--max-file-size: Value 4294967297 not in range"),
+                                  ("--max-import-size", "0", "--max-import-size: Value 0 not in range 1048576 to")]:
+            p = subprocess.run([nanovm, "daemon", "--state-dir", state, flag, value], capture_output=True,
+                               text=True, timeout=30)
+            tap.ok(p.returncode == 2 and want in p.stderr, f"{flag} {value}: refused at the start, exit 2 ({p.returncode})",
+                   p.stderr)
     # The caps: a create over the committed-memory cap is refused before any VM starts.
     capped = Daemon(nanovm, args=["--max-memory", "300", "--max-sandboxes", "1"]).start()
     try:
