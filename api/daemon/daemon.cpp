@@ -80,7 +80,8 @@ CLI::App* add_daemon_command(CLI::App& app, DaemonOptions& o) {
                     "${XDG_DATA_HOME:-~/.local/share}/nanovm]; the API socket is DIR/nanovmd.sock")
         ->type_name("DIR");
     cmd->add_option("--listen", o.listen,
-                    "Also serve on loopback TCP (127.0.0.1:PORT; port 0: any): every request needs "
+                    "Also serve on loopback TCP (127.0.0.1:PORT, [::1]:PORT or localhost:PORT, which is "
+                    "127.0.0.1; port 0: any): every request needs "
                     "'Authorization: Bearer TOKEN', TOKEN from DIR/token")
         ->type_name("HOST:PORT");
     cmd->add_option("--default-timeout", o.default_timeout_s,

@@ -129,6 +129,9 @@ try:
     url = f"http://127.0.0.1:{daemon.tcp_port}"
     code, out, err = run("sandbox", "ls", "--json", "--state-dir", state, env={"NANOVM_URL": url})
     tap.ok(code == 0 and json.loads(out) == [], "NANOVM_URL: sandbox ls over TCP with the state dir's token", out + err)
+    code, out, err = run("sandbox", "ls", "--json", "--state-dir", state,
+                         env={"NANOVM_URL": f"http://localhost:{daemon.tcp_port}/"})
+    tap.ok(code == 0 and json.loads(out) == [], "NANOVM_URL=http://localhost:PORT/: sandbox ls over TCP", out + err)
     expect("NANOVM_URL with a wrong NANOVM_TOKEN: 7, unauthorized", 7, "unauthorized", "sandbox", "ls",
            env={"NANOVM_URL": url, "NANOVM_TOKEN": "0" * 64})
     expect("NANOVM_URL that is not loopback: 2", 2, "only a loopback address", "sandbox", "ls",
