@@ -60,8 +60,9 @@ client::Endpoint find_daemon(const ClientOptions& options) {
             const std::string file = state_dir_of(options) + "/token";
             std::ifstream in(file);
             if (!(in >> ep.token))
-                throw Error(fmt::format("NANOVM_URL is set but there is no token: set NANOVM_TOKEN or make {} readable",
-                                        file));
+                throw MissingToken(fmt::format("NANOVM_URL is set but there is no token: set NANOVM_TOKEN or make {} "
+                                               "readable",
+                                               file));
         }
         return ep;
     }
@@ -96,6 +97,9 @@ int run_client_command(const ClientOptions& options, const std::function<int()>&
     } catch (const UsageError& e) {
         log_line(e.what());
         return kUsage;
+    } catch (const MissingToken& e) {
+        log_line(e.what());
+        return kUnauthorized;
     } catch (const std::exception& e) {
         log_line(e.what());
         return kFailed;

@@ -134,6 +134,12 @@ try:
     tap.ok(code == 0 and json.loads(out) == [], "NANOVM_URL=http://localhost:PORT/: sandbox ls over TCP", out + err)
     expect("NANOVM_URL with a wrong NANOVM_TOKEN: 7, unauthorized", 7, "unauthorized", "sandbox", "ls",
            env={"NANOVM_URL": url, "NANOVM_TOKEN": "0" * 64})
+    with tempfile.TemporaryDirectory() as tokenless:  # a state directory without a token file
+        expect("NANOVM_URL without a token: 7, names NANOVM_TOKEN and the token file", 7,
+               f"no token: set NANOVM_TOKEN or make {tokenless}/token readable", "sandbox", "ls",
+               "--state-dir", tokenless, env={"NANOVM_URL": url, "NANOVM_TOKEN": ""})
+        expect("snapshot ls: the same", 7, "no token", "snapshot", "ls", "--state-dir", tokenless,
+               env={"NANOVM_URL": url, "NANOVM_TOKEN": ""})
     expect("NANOVM_URL that is not loopback: 2", 2, "only a loopback address", "sandbox", "ls",
            env={"NANOVM_URL": "http://10.0.0.1:80", "NANOVM_TOKEN": "x"})
 
