@@ -150,7 +150,8 @@ void add_sandbox_routes(RouteContext& c) {
     c.router.add(RouteSpec{.method = "POST",
                            .pattern = "/v1/sandboxes/{id}/pause",
                            .summary = "Stop a sandbox's vCPUs until resume (exec and files answer 409 meanwhile)",
-                           .errors = {"sandbox_not_found", "wrong_state", "sandbox_archived", "vm_error"},
+                           .errors = {"sandbox_not_found", "bad_json", "unknown_field", "wrong_state", "sandbox_archived", "vm_error"},
+                           .request_schema = "Empty",
                            .response_schema = "Sandbox"},
                  [&m](http::Request& req) {
                      JsonBody(req.body, {});
@@ -160,7 +161,8 @@ void add_sandbox_routes(RouteContext& c) {
     c.router.add(RouteSpec{.method = "POST",
                            .pattern = "/v1/sandboxes/{id}/resume",
                            .summary = "Let a paused or sleeping sandbox's vCPUs run again",
-                           .errors = {"sandbox_not_found", "wrong_state", "sandbox_archived", "vm_error"},
+                           .errors = {"sandbox_not_found", "bad_json", "unknown_field", "wrong_state", "sandbox_archived", "vm_error"},
+                           .request_schema = "Empty",
                            .response_schema = "Sandbox"},
                  [&m](http::Request& req) {
                      JsonBody(req.body, {});
