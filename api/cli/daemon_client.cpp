@@ -125,7 +125,11 @@ std::string resolve_id(client::ApiClient& api, const std::string& kind, const st
     if (text.empty()) throw UsageError(fmt::format("an empty {} id", kind));
     if (text.size() == 36 || text.find_first_not_of("0123456789abcdef-") != std::string::npos) return text;
     const std::string plural = kind == "sandbox" ? "sandboxes" : kind + "s";
-    const json items = list_all(api, list_target.empty() ? "/v1/" + plural : list_target, plural);
+    const std::string target = list_target.empty() ? "/v1/" + plural : list_target;
+    // Sandboxes and snapshots are listed a page at a time; a sandbox's sessions in one
+    // answer (the route takes no limit or after: 400 unknown_field).
+    const bool paged = kind == "sandbox" || kind == "snapshot";
+    const json items = paged ? list_all(api, target, plural) : api.get(target).at(plural);
     std::vector<std::string> matches;
     for (const json& item : items) {
         const std::string id = item.at("id").get<std::string>();

@@ -68,7 +68,8 @@ int exit_status_for(const client::ApiError& e);
 /// The full id of a sandbox (`kind` "sandbox", listed at /v1/sandboxes) or snapshot
 /// ("snapshot", /v1/snapshots) named by a unique prefix; a full UUID is returned as it
 /// is. Throws ApiError 404 for none, Error (usage) when several match. `list_target`:
-/// where the ids are listed when not at /v1/<kind>s (a sandbox's sessions).
+/// where the ids are listed when not at /v1/<kind>s (a sandbox's sessions, one
+/// unpaged answer; sandboxes and snapshots are read a page at a time).
 std::string resolve_id(client::ApiClient& api, const std::string& kind, const std::string& text,
                        const std::string& list_target = "");
 

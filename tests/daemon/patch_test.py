@@ -143,6 +143,13 @@ def run():
         row = [ln for ln in p.stdout.splitlines() if ln.startswith(FROM_TEMPLATE)]
         tap.ok(p.returncode == 0 and row and "template py" in row[0], "nanovm sandbox ls: its SOURCE is template py",
                p.stdout + p.stderr)
+        # A session id prefix is looked up in the sessions list, which takes no query
+        # parameters (the CLI sent limit=1000 and got 400 unknown_field).
+        p = subprocess.run([nanovm, "sandbox", "session", "rm", SID, "abc", "--state-dir", d.state_dir],
+                           capture_output=True, text=True, timeout=60)
+        tap.ok(p.returncode == 4 and "no session has an id starting with abc" in p.stderr,
+               f"nanovm sandbox session rm ID PREFIX: the sessions list read without paging (exit {p.returncode})",
+               p.stderr)
     except Exception:
         d.print_stderr_tail()
         raise
