@@ -60,8 +60,9 @@ client::Endpoint find_daemon(const ClientOptions& options) {
             const std::string file = state_dir_of(options) + "/token";
             std::ifstream in(file);
             if (!(in >> ep.token))
-                throw Error(fmt::format("NANOVM_URL is set but there is no token: set NANOVM_TOKEN or make {} readable",
-                                        file));
+                throw MissingToken(fmt::format("NANOVM_URL is set but there is no token: set NANOVM_TOKEN or make {} "
+                                               "readable",
+                                               file));
         }
         return ep;
     }
@@ -96,6 +97,9 @@ int run_client_command(const ClientOptions& options, const std::function<int()>&
     } catch (const UsageError& e) {
         log_line(e.what());
         return kUsage;
+    } catch (const MissingToken& e) {
+        log_line(e.what());
+        return kUnauthorized;
     } catch (const std::exception& e) {
         log_line(e.what());
         return kFailed;
@@ -121,7 +125,11 @@ std::string resolve_id(client::ApiClient& api, const std::string& kind, const st
     if (text.empty()) throw UsageError(fmt::format("an empty {} id", kind));
     if (text.size() == 36 || text.find_first_not_of("0123456789abcdef-") != std::string::npos) return text;
     const std::string plural = kind == "sandbox" ? "sandboxes" : kind + "s";
-    const json items = list_all(api, list_target.empty() ? "/v1/" + plural : list_target, plural);
+    const std::string target = list_target.empty() ? "/v1/" + plural : list_target;
+    // Sandboxes and snapshots are listed a page at a time; a sandbox's sessions in one
+    // answer (the route takes no limit or after: 400 unknown_field).
+    const bool paged = kind == "sandbox" || kind == "snapshot";
+    const json items = paged ? list_all(api, target, plural) : api.get(target).at(plural);
     std::vector<std::string> matches;
     for (const json& item : items) {
         const std::string id = item.at("id").get<std::string>();

@@ -25,7 +25,9 @@ inline constexpr int kNoDaemon = 3;      ///< no daemon answers at the socket (o
 inline constexpr int kNotFound = 4;      ///< no such sandbox, snapshot or guest path (404)
 inline constexpr int kWrongState = 5;    ///< the sandbox or snapshot is in the wrong state (409: paused...)
 inline constexpr int kOverCapacity = 6;  ///< over the daemon's caps, or busy (503): try later
-inline constexpr int kUnauthorized = 7;  ///< the daemon refused the token (401): NANOVM_TOKEN or <state>/token
+/// The daemon refused the token (401), or NANOVM_URL is set with no token to send
+/// (neither NANOVM_TOKEN nor a readable <state>/token): the TCP auth setup is wrong.
+inline constexpr int kUnauthorized = 7;
 
 /// The text of the exit statuses in --help and the README.
 inline constexpr const char* kExitHelp =
@@ -37,7 +39,8 @@ inline constexpr const char* kExitHelp =
     "  4  no such sandbox, snapshot or guest path (404)\n"
     "  5  wrong state: e.g. the sandbox is paused or still creating (409)\n"
     "  6  over the daemon's caps (sandboxes, memory) or busy: try later (503)\n"
-    "  7  the daemon refused the token (401): set NANOVM_TOKEN to <state>/token's contents\n";
+    "  7  the daemon refused the token (401), or NANOVM_URL is set without a token: set NANOVM_TOKEN to\n"
+    "     <state>/token's contents\n";
 
 /// How the daemon commands reach nanovmd.
 struct ClientOptions {
@@ -50,12 +53,13 @@ void add_daemon_options(CLI::App* group, ClientOptions& options);
 
 /// Where the daemon is: $NANOVM_URL (http://127.0.0.1:PORT, with $NANOVM_TOKEN or
 /// <state>/token) if set, else <state>/nanovmd.sock with <state> found by the daemon's
-/// own rule (api/daemon/daemon_options.hpp). Throws Error (no state directory).
+/// own rule (api/daemon/daemon_options.hpp). Throws Error (no state directory),
+/// UsageError (a NANOVM_URL that is not http://LOOPBACK:PORT), MissingToken.
 client::Endpoint find_daemon(const ClientOptions& options);
 
 /// Runs `body` and maps what it throws to one line on stderr and an exit status
 /// above (client::Unreachable -> kNoDaemon with how to start the daemon; ApiError by
-/// its HTTP status; anything else kFailed).
+/// its HTTP status; MissingToken -> kUnauthorized; anything else kFailed).
 int run_client_command(const ClientOptions& options, const std::function<int()>& body);
 
 /// The exit status for an ApiError (404 kNotFound, 409 kWrongState...).
@@ -64,7 +68,8 @@ int exit_status_for(const client::ApiError& e);
 /// The full id of a sandbox (`kind` "sandbox", listed at /v1/sandboxes) or snapshot
 /// ("snapshot", /v1/snapshots) named by a unique prefix; a full UUID is returned as it
 /// is. Throws ApiError 404 for none, Error (usage) when several match. `list_target`:
-/// where the ids are listed when not at /v1/<kind>s (a sandbox's sessions).
+/// where the ids are listed when not at /v1/<kind>s (a sandbox's sessions, one
+/// unpaged answer; sandboxes and snapshots are read a page at a time).
 std::string resolve_id(client::ApiClient& api, const std::string& kind, const std::string& text,
                        const std::string& list_target = "");
 
@@ -92,6 +97,13 @@ nlohmann::json labels_json(const std::vector<std::string>& labels, const char* o
 
 /// A usage mistake found after parsing (exit kUsage).
 class UsageError : public Error {
+public:
+    using Error::Error;
+};
+
+/// NANOVM_URL is set but there is no token to send (exit kUnauthorized, as for a
+/// token the daemon refuses: both are the TCP auth setup).
+class MissingToken : public Error {
 public:
     using Error::Error;
 };

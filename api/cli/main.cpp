@@ -18,6 +18,7 @@
 #include "api/cli/snapshot_command.hpp"
 #include "api/cli/template_command.hpp"
 #include "api/cli/vm_command.hpp"
+#include "api/version/version.hpp"
 #include "vmm/error.hpp"
 #include "vmm/log.hpp"
 
@@ -36,6 +37,8 @@ int main(int argc, char** argv) {
     try {
         CLI::App app{"nanovm: a VMM and sandbox service on /dev/kvm"};
         app.require_subcommand(1);
+        // `nanovm --version`; `nanovmd --version` is `nanovm daemon --version` (below).
+        app.set_version_flag("--version", version_text(), "Print the version (and the git description of the build) and exit");
 
         BootOptions boot_options;
         CLI::App* boot = app.add_subcommand("boot", "Boot a Linux guest with its serial console on this terminal");
@@ -105,6 +108,7 @@ int main(int argc, char** argv) {
 
         daemon::DaemonOptions daemon_options;
         CLI::App* daemon_cmd = vmm_process ? nullptr : daemon::add_daemon_command(app, daemon_options);
+        if (daemon_cmd) daemon_cmd->set_version_flag("--version", version_text(), "Print the version and exit");
 
         RunOptions run_options;
         CLI::App* run = vmm_process ? nullptr : add_run_command(app, run_options);
@@ -126,7 +130,7 @@ int main(int argc, char** argv) {
         // "A subcommand is required": say what was wrong instead, for `nanovm WORD`
         // and `nanovm vm WORD`.
         const auto unknown_word = [](const CLI::App& parent, std::string_view word, std::string_view prefix) {
-            if (word == "-h" || word == "--help") return false;
+            if (word == "-h" || word == "--help" || word == "--version") return false;
             const std::string w(word);
             if (!parent.get_subcommands([&](const CLI::App* s) { return s->check_name(w); }).empty()) return false;
             std::string names;

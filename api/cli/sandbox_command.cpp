@@ -31,6 +31,9 @@ std::string sandbox_path(const std::string& id) { return "/v1/sandboxes/" + clie
 std::string source_of(const json& s) {
     if (s["parent_id"].is_string()) return "fork of " + s["parent_id"].get<std::string>().substr(0, 8);
     if (s["snapshot_id"].is_string()) return "snapshot " + s["snapshot_id"].get<std::string>().substr(0, 8);
+    // A named template; an implicit one (auto:IMAGE:CPUSxMiB) is shown by its image.
+    if (const auto t = s.find("template"); t != s.end() && t->is_string() && !t->get<std::string>().starts_with("auto:"))
+        return "template " + t->get<std::string>();
     return cell(s["image"]);
 }
 

@@ -11,9 +11,9 @@ namespace {
 
 constexpr std::array kCatalogue{
     ErrorKind{"bad_request", 400, "The HTTP request is malformed (syntax, a bad percent escape)."},
-    ErrorKind{"bad_json", 400, "The body is not valid JSON, or not a JSON object."},
-    ErrorKind{"invalid_field", 400, "A field or query parameter is missing or has the wrong type."},
-    ErrorKind{"unknown_field", 400, "The body has a field this request does not take."},
+    ErrorKind{"bad_json", 400, "The body is not valid JSON, not a JSON object, or names a field twice in one object."},
+    ErrorKind{"invalid_field", 400, "A field or query parameter is missing or has the wrong type (null included)."},
+    ErrorKind{"unknown_field", 400, "The body has a field, or the query a parameter, this request does not take."},
     ErrorKind{"invalid_archive", 400,
               "An imported snapshot file is malformed, corrupt, truncated or not a snapshot export, or its vm.state "
               "names host files; the message says which check failed."},

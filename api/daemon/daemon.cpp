@@ -80,7 +80,8 @@ CLI::App* add_daemon_command(CLI::App& app, DaemonOptions& o) {
                     "${XDG_DATA_HOME:-~/.local/share}/nanovm]; the API socket is DIR/nanovmd.sock")
         ->type_name("DIR");
     cmd->add_option("--listen", o.listen,
-                    "Also serve on loopback TCP (127.0.0.1:PORT; port 0: any): every request needs "
+                    "Also serve on loopback TCP (127.0.0.1:PORT, [::1]:PORT or localhost:PORT, which is "
+                    "127.0.0.1; port 0: any): every request needs "
                     "'Authorization: Bearer TOKEN', TOKEN from DIR/token")
         ->type_name("HOST:PORT");
     cmd->add_option("--default-timeout", o.default_timeout_s,
@@ -109,13 +110,19 @@ CLI::App* add_daemon_command(CLI::App& app, DaemonOptions& o) {
                     "of the host's memory]")
         ->type_name("MiB")
         ->check(CLI::Range(uint64_t{128}, uint64_t{1} << 30).description(""));  // a sandbox takes 128 MiB at least
-    cmd->add_option("--max-file-size", o.max_file_bytes, "Bytes of a file written through the API at most (reads are streamed, any size)")
+    // 0 was taken, and then every upload was over the limit: a file write's body is held
+    // whole in memory (up to 4 GiB), an import's is spooled to a file (an export is
+    // megabytes at least: vm.state and the compressed RAM).
+    cmd->add_option("--max-file-size", o.max_file_bytes,
+                    "Bytes of a file written through the API at most, 1024 to 4 GiB (reads are streamed, any size)")
         ->type_name("BYTES")
+        ->check(CLI::Range(uint64_t{1024}, uint64_t{4} << 30).description(""))
         ->capture_default_str();
     cmd->add_option("--max-import-size", o.max_import_bytes,
-                    "Bytes of a snapshot export file imported through the API at most (written to DIR/uploads, not held "
-                    "in memory)")
+                    "Bytes of a snapshot export file imported through the API at most, 1 MiB to 1 PiB (written to "
+                    "DIR/uploads, not held in memory)")
         ->type_name("BYTES")
+        ->check(CLI::Range(uint64_t{1} << 20, uint64_t{1} << 50).description(""))
         ->capture_default_str();
     cmd->add_option("--implicit-templates", o.max_implicit_templates,
                     "Implicit templates kept (a create of an image and shape restores its template; the least "

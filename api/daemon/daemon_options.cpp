@@ -4,6 +4,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 
@@ -54,9 +55,16 @@ void parse_listen(const std::string& text, std::string& host, uint16_t& port) {
         std::stoul(port_text) > 65535)
         throw Error(fmt::format("--listen {}: the port must be 0 to 65535", text));
     port = static_cast<uint16_t>(std::stoul(port_text));
+    // localhost is 127.0.0.1, without asking the resolver: /etc/hosts or NSS could
+    // name another address, and the API must stay on loopback (there is no TLS).
+    std::string lower = host;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (lower == "localhost" || lower == "localhost.") host = "127.0.0.1";
     const bool loopback4 = host.rfind("127.", 0) == 0 && host.find_first_not_of("0123456789.") == std::string::npos;
     if (!loopback4 && host != "::1")
-        throw Error(fmt::format("--listen {}: only a loopback address (127.0.0.1, ::1): the API has no TLS", text));
+        throw Error(fmt::format("--listen {}: only a loopback address (127.0.0.1, ::1 or localhost): the API has no "
+                                "TLS",
+                                text));
 }
 
 }  // namespace nanovm::daemon

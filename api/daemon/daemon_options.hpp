@@ -22,7 +22,7 @@ namespace nanovm::daemon {
 
 struct DaemonOptions {
     std::string state_dir;  ///< "" : default_state_dir()
-    std::string listen;     ///< "" or "127.0.0.1:PORT" (loopback only; PORT 0: any)
+    std::string listen;     ///< "" or "127.0.0.1:PORT", "[::1]:PORT", "localhost:PORT" (loopback only; PORT 0: any)
     int64_t default_timeout_s = 0;     ///< a sandbox created without timeout_s gets this (0: none)
     int64_t default_autosleep_s = 0;   ///< --autosleep: a sandbox created without autosleep_s gets this (0: never)
     double autosleep_cpu = 0.25;       ///< --autosleep-cpu: busier than this share of one CPU is not idle
@@ -51,7 +51,8 @@ std::string socket_path(const std::string& state_dir);
 void check_socket_paths(const std::string& state_dir);
 
 /// Parses --listen: "HOST:PORT" with HOST a loopback address (127.0.0.0/8 or ::1,
-/// "[::1]:PORT" for IPv6). Throws Error with one line.
+/// "[::1]:PORT" for IPv6) or localhost, taken as 127.0.0.1 without a lookup (`host`
+/// is then "127.0.0.1"). Throws Error with one line.
 void parse_listen(const std::string& text, std::string& host, uint16_t& port);
 
 }  // namespace nanovm::daemon

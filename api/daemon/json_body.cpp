@@ -1,6 +1,9 @@
 // Strict JSON bodies (json_body.hpp).
 #include "api/daemon/json_body.hpp"
 
+#include <set>
+#include <utility>
+
 #include <fmt/format.h>
 
 #include "api/daemon/api_error.hpp"
@@ -54,15 +57,46 @@ bool valid_label_key(std::string_view key) {
     return true;
 }
 
-JsonBody::JsonBody(std::string_view body, std::initializer_list<std::string_view> allowed) {
+JsonBody::JsonBody(std::string_view body, std::initializer_list<std::string_view> allowed,
+                   std::initializer_list<std::string_view> nullable) {
     if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) {
         value_ = nlohmann::json::object();
         return;
     }
     if (nesting_depth(body) > kMaxJsonDepth)
         throw ApiError("bad_json", fmt::format("the body nests deeper than {} levels", kMaxJsonDepth));
+    // The names seen in each object being parsed, innermost last, and the field that
+    // holds it ("" for the body, or an object in an array): a name seen twice is
+    // refused, not left to the parser (nlohmann keeps the last one, others the first).
+    struct Open {
+        std::set<std::string> names;
+        std::string field;
+    };
+    std::vector<Open> objects;
+    std::string last_key;
+    const auto check = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+        using Event = nlohmann::json::parse_event_t;
+        if (event == Event::object_start) {
+            objects.push_back(Open{{}, std::exchange(last_key, std::string())});
+        } else if (event == Event::object_end) {
+            if (!objects.empty()) objects.pop_back();
+        } else if (event == Event::array_start) {
+            last_key.clear();
+        } else if (event == Event::key && !objects.empty()) {
+            std::string key = parsed.get<std::string>();
+            if (!objects.back().names.insert(key).second)
+                throw ApiError("bad_json", fmt::format("the body names the field {} twice{}", printable_prefix(key),
+                                                       objects.back().field.empty()
+                                                           ? ""
+                                                           : " in " + printable_prefix(objects.back().field)));
+            last_key = std::move(key);
+        } else if (event == Event::value) {
+            last_key.clear();
+        }
+        return true;
+    };
     try {
-        value_ = nlohmann::json::parse(body);
+        value_ = nlohmann::json::parse(body, check);
     } catch (const nlohmann::json::parse_error& e) {
         throw ApiError("bad_json", fmt::format("the body is not valid JSON: {}", e.what()));
     }
@@ -76,6 +110,10 @@ JsonBody::JsonBody(std::string_view body, std::initializer_list<std::string_view
             throw ApiError("unknown_field", fmt::format("unknown field \"{}\" (this request takes: {})",
                                                         key.substr(0, 64), list.empty() ? "no fields" : list));
         }
+        bool may_be_null = false;
+        for (std::string_view n : nullable) may_be_null = may_be_null || n == key;
+        if (v.is_null() && !may_be_null)
+            throw ApiError("invalid_field", fmt::format("\"{}\" is null: leave the field out for its default", key));
     }
 }
 

@@ -1,7 +1,8 @@
 // Strict reading of a JSON request body into typed fields: anything that is not a
-// JSON object, a field the request does not take, or a field of the wrong type stops
-// here with its catalogue error (bad_json, unknown_field, invalid_field: 400), and a
-// number outside its range with out_of_range (422). Routes read bodies only through
+// JSON object (or names a field twice in one object), a field the request does not
+// take, or a field of the wrong type (null included) stops here with its catalogue
+// error (bad_json, unknown_field, invalid_field: 400), and a number outside its range
+// with out_of_range (422). Routes read bodies only through
 // this.
 #pragma once
 
@@ -23,8 +24,12 @@ inline constexpr int kMaxJsonDepth = 32;
 class JsonBody {
 public:
     /// Parses `body` ("" or only whitespace: {}) and checks that every field is one of
-    /// `allowed`. Throws ApiError.
-    JsonBody(std::string_view body, std::initializer_list<std::string_view> allowed);
+    /// `allowed`, that no object in it names a field twice (bad_json: which one would
+    /// count depends on the parser) and that no field is null unless it is one of
+    /// `nullable` (invalid_field: a null is not "left out"; PATCH's timeout_s, where
+    /// null means no timeout, is nullable). Throws ApiError.
+    JsonBody(std::string_view body, std::initializer_list<std::string_view> allowed,
+             std::initializer_list<std::string_view> nullable = {});
 
     /// The field is there and not null.
     bool has(std::string_view name) const;

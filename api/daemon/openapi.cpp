@@ -42,6 +42,7 @@ json schemas() {
                            {"memory_mb", integer},
                            {"disable_internet", boolean},
                            {"image", nullable_str},
+                           {"template", nullable_str},
                            {"snapshot_id", nullable_str},
                            {"parent_id", nullable_str},
                            {"metadata", labels},
@@ -142,7 +143,11 @@ json schemas() {
     s["SandboxMetrics"] = object({{"cpu_time_ms", {{"type", "number"}}},
                                   {"vmm_rss_bytes", integer},
                                   {"disk_bytes", integer},
+                                  {"vmm_running", boolean},
                                   {"state", str}});
+    // pause, resume, sleep, reboot: no fields (an empty body or {}; anything else is
+    // bad_json or unknown_field).
+    s["Empty"] = object(json::object());
     s["CreateTemplate"] = object({{"name", str},
                                   {"image", str},
                                   {"cpus", {{"type", "integer"}, {"minimum", 1}, {"maximum", 4}, {"default", 2}}},
@@ -229,6 +234,15 @@ json openapi_document(const std::vector<RouteSpec>& routes) {
                                      {"content", {{"application/octet-stream", {{"schema", {{"type", "string"}, {"format", "binary"}}}}}}}};
         else if (!r.request_schema.empty())
             op["requestBody"] = json{{"content", {{"application/json", {{"schema", ref(r.request_schema)}}}}}};
+        if (!r.request_schema.empty()) {
+            // The body's limit (413 beyond), and the daemon option that sets it if any.
+            op["x-nanovm-body-limit"] = r.body_limit;
+            const size_t flag = r.body_too_large_hint.find("--");
+            if (flag != std::string::npos) {
+                const size_t end = r.body_too_large_hint.find_first_of(" )", flag);
+                op["x-nanovm-body-limit-option"] = r.body_too_large_hint.substr(flag, end == std::string::npos ? end : end - flag);
+            }
+        }
         json responses;
         responses[std::to_string(r.success)] = response_for(r.response_schema, "success");
         std::set<std::string> codes(r.errors.begin(), r.errors.end());

@@ -10,6 +10,7 @@
 #include "api/daemon/api_error.hpp"
 #include "api/daemon/store/sqlite.hpp"
 #include "vmm/log.hpp"
+#include "vmm/printable.hpp"
 
 namespace nanovm::daemon {
 
@@ -33,7 +34,7 @@ bool is_param(std::string_view segment) { return segment.size() > 2 && segment.f
 }  // namespace
 
 const std::vector<std::string>& common_errors() {
-    static const std::vector<std::string> codes{"bad_request", "unauthorized", "body_too_large",
+    static const std::vector<std::string> codes{"bad_request", "unauthorized", "unknown_field", "body_too_large",
                                                 "header_too_large", "internal", "busy"};
     return codes;
 }
@@ -100,9 +101,27 @@ std::vector<RouteSpec> Router::routes() const {
     return out;
 }
 
+void check_query(const RouteSpec& spec, const http::Request& request) {
+    for (const auto& [name, value] : request.query) {
+        bool known = false;
+        for (const QueryParam& q : spec.query) {
+            // "metadata.KEY": any name with that prefix (the route checks the KEY).
+            const size_t dot = q.name.find('.');
+            known = known || (dot == std::string::npos ? name == q.name : name.compare(0, dot + 1, q.name, 0, dot + 1) == 0);
+        }
+        if (known) continue;
+        std::string list;
+        for (const QueryParam& q : spec.query) list += (list.empty() ? "" : ", ") + q.name;
+        throw ApiError("unknown_field", fmt::format("unknown query parameter \"{}\" ({} {} takes {})",
+                                                    printable(std::string_view(name).substr(0, 64)), spec.method,
+                                                    spec.pattern, list.empty() ? "none" : list));
+    }
+}
+
 http::Response Router::run(const Entry& e, http::Request& request) {
     http::Response response;
     try {
+        check_query(e.spec, request);
         response = e.handler(request);
     } catch (const ApiError& error) {
         response = error_response(error);

@@ -82,8 +82,14 @@ private:
     std::vector<Entry> entries_;
 };
 
-/// The errors every route may answer (bad_request, unauthorized, body_too_large,
-/// header_too_large, internal, busy).
+/// The errors every route may answer (bad_request, unauthorized, unknown_field: a
+/// query parameter the route does not take, body_too_large, header_too_large,
+/// internal, busy).
 const std::vector<std::string>& common_errors();
+
+/// Checks that every query parameter of `request` is one `spec` takes (a name
+/// "prefix.KEY" in spec.query takes every "prefix.*"). Throws ApiError unknown_field
+/// naming it and the ones the route takes.
+void check_query(const RouteSpec& spec, const http::Request& request);
 
 }  // namespace nanovm::daemon

@@ -1,10 +1,12 @@
-"""`nanovm sandbox|snapshot|doctor` against a real nanovmd (no guest needed): the
+"""`nanovm --version` (and nanovmd's), then `nanovm sandbox|snapshot|doctor` against a
+real nanovmd (no guest needed): the
 documented exit statuses and messages (api/cli/daemon_client.hpp) when the daemon is
 not running, for unknown ids, bad shapes, wrong use, over TCP with its token, and a
 create that fails on this host with the daemon's own reason. TAP.
 Usage: daemon_cli_test.py NANOVM"""
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -38,6 +40,29 @@ def expect(name, want, pattern, *args, env=None, stream="stderr"):
 scratch = tempfile.mkdtemp(prefix="nanovm-cli-test-", dir=os.environ.get("TMPDIR", "/tmp"))
 missing = os.path.join(scratch, "nodaemon")
 os.makedirs(missing)
+
+# --version: the meson project version, and the git description the build recorded
+# (a commit of this checkout); exit 0, on stdout. nanovmd (the link) says the same.
+source_root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+with open(os.path.join(source_root, "meson.build")) as f:
+    project_version = re.search(r"version : '([^']+)'", f.read()).group(1)
+code, out, err = run("--version")
+m = re.fullmatch(r"nanovm (\S+)(?: \(git (\S+)\))?\n", out)
+tap.ok(code == 0 and m and m.group(1) == project_version,
+       f"nanovm --version: exit 0, nanovm {project_version} ({out.strip()})", f"exit {code}\nstdout: {out}\nstderr: {err}")
+head = subprocess.run(["git", "-C", source_root, "rev-parse", "HEAD"], capture_output=True, text=True)
+if m and head.returncode == 0:
+    described = re.sub(r"-dirty$", "", m.group(2) or "")
+    commit = re.sub(r"^.*-g(?=[0-9a-f]+$)", "", described)  # TAG-N-gHASH, or HASH alone
+    tap.ok(len(commit) >= 7 and head.stdout.strip().startswith(commit),
+           f"... its git description names this checkout's commit ({m.group(2)})", head.stdout)
+nanovmd = os.path.join(os.path.dirname(nanovm), "nanovmd")
+if os.path.exists(nanovmd):
+    p = subprocess.run([nanovmd, "--version"], capture_output=True, text=True, timeout=30)
+    tap.ok(p.returncode == 0 and p.stdout == out, f"nanovmd --version: the same ({p.stdout.strip()})",
+           f"exit {p.returncode}\nstdout: {p.stdout}\nstderr: {p.stderr}")
+code, dout, err = run("daemon", "--version")
+tap.ok(code == 0 and dout == out, "nanovm daemon --version: the same", f"exit {code}\nstdout: {dout}\nstderr: {err}")
 
 # No daemon: 3, with how to start it (exec: 125, it keeps 0-124 for the command).
 expect("sandbox ls without a daemon: 3, names the socket and how to start it", 3,
@@ -129,8 +154,17 @@ try:
     url = f"http://127.0.0.1:{daemon.tcp_port}"
     code, out, err = run("sandbox", "ls", "--json", "--state-dir", state, env={"NANOVM_URL": url})
     tap.ok(code == 0 and json.loads(out) == [], "NANOVM_URL: sandbox ls over TCP with the state dir's token", out + err)
+    code, out, err = run("sandbox", "ls", "--json", "--state-dir", state,
+                         env={"NANOVM_URL": f"http://localhost:{daemon.tcp_port}/"})
+    tap.ok(code == 0 and json.loads(out) == [], "NANOVM_URL=http://localhost:PORT/: sandbox ls over TCP", out + err)
     expect("NANOVM_URL with a wrong NANOVM_TOKEN: 7, unauthorized", 7, "unauthorized", "sandbox", "ls",
            env={"NANOVM_URL": url, "NANOVM_TOKEN": "0" * 64})
+    with tempfile.TemporaryDirectory() as tokenless:  # a state directory without a token file
+        expect("NANOVM_URL without a token: 7, names NANOVM_TOKEN and the token file", 7,
+               f"no token: set NANOVM_TOKEN or make {tokenless}/token readable", "sandbox", "ls",
+               "--state-dir", tokenless, env={"NANOVM_URL": url, "NANOVM_TOKEN": ""})
+        expect("snapshot ls: the same", 7, "no token", "snapshot", "ls", "--state-dir", tokenless,
+               env={"NANOVM_URL": url, "NANOVM_TOKEN": ""})
     expect("NANOVM_URL that is not loopback: 2", 2, "only a loopback address", "sandbox", "ls",
            env={"NANOVM_URL": "http://10.0.0.1:80", "NANOVM_TOKEN": "x"})
 

@@ -71,7 +71,7 @@ class Daemon:
     def start(self, timeout=20):
         cmd = [self.nanovm, "daemon", "--state-dir", self.state_dir] + self.args
         if self.listen:
-            cmd += ["--listen", "127.0.0.1:0"]
+            cmd += ["--listen", self.listen if isinstance(self.listen, str) else "127.0.0.1:0"]
         os.makedirs(self.state_dir, exist_ok=True)
         self.stderr_file = open(self.stderr_path, "ab")
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
 """docs/api.md against the daemon: every endpoint it documents is a route the daemon
 serves (from /v1/openapi.json, which the router makes) and every route is documented,
-each with exactly the error codes the route declares; its error table is the
-daemon's catalogue, code for code and status for status; its sandbox state table is
-the daemon's transition table (x-nanovm-transitions), cell for cell. TAP.
+each with exactly the error codes the route declares, every query parameter the
+route takes, and the body limit of a route whose limit is not the 64 KiB default (its
+size, or the daemon option that sets it); the fields of its Sandbox, Snapshot,
+Session and Command objects and of each "Answer: `{...}`" are the OpenAPI schema's;
+its error table is the daemon's catalogue, code for code and status for status; its
+sandbox state table is the daemon's transition table (x-nanovm-transitions), cell for
+cell. TAP.
 Usage: docs_test.py NANOVM DOCS_API_MD"""
 
 import os
@@ -13,7 +17,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from daemon_harness import Daemon, Tap, main_guard  # noqa: E402
 
-COMMON = {"bad_request", "unauthorized", "body_too_large", "header_too_large", "internal", "busy"}
+COMMON = {"bad_request", "unauthorized", "unknown_field", "body_too_large", "header_too_large", "internal", "busy"}
 
 
 def run():
@@ -26,11 +30,13 @@ def run():
     finally:
         d.cleanup()
     routes = {}
+    ops_by_key = {}
     for path, ops in spec["paths"].items():
         for method, op in ops.items():
             codes = {c for r in op["responses"].values() for c in r.get("x-nanovm-codes", [])}
             ok = [s for s in op["responses"] if s.startswith("2")][0]
             routes[f"{method.upper()} {path}"] = (codes - COMMON, ok)
+            ops_by_key[f"{method.upper()} {path}"] = op
 
     sections = re.split(r"^### `([A-Z]+ [^`]+)`\s*$", text, flags=re.M)
     documented = {sections[i]: sections[i + 1] for i in range(1, len(sections) - 1, 2)}
@@ -46,10 +52,14 @@ def run():
         if not m:
             wrong.append(f"{key}: no 'Answers NNN. Errors: ...' line")
             continue
-        listed = set(re.findall(r"`([a-z_]+)`", m.group(2) or ""))
+        # A route with a body lists unknown_field (an unknown field); every route may
+        # answer it (an unknown query parameter): the common codes are not compared.
+        listed = set(re.findall(r"`([a-z_]+)`", m.group(2) or "")) - COMMON
         if m.group(1) != ok or listed != codes:
             wrong.append(f"{key}: docs say {m.group(1)} {sorted(listed)}, the route {ok} {sorted(codes)}")
     tap.ok(not wrong, "each documented endpoint's success status and error codes are the route's", "\n".join(wrong))
+    check_queries_and_limits(tap, documented, ops_by_key)
+    check_objects(tap, text, documented, ops_by_key, spec["components"]["schemas"])
 
     errors_section = text.split("\n## Errors\n", 1)[-1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| `([a-z_]+)` \| (\d{3}) \|", errors_section, flags=re.M)
@@ -61,6 +71,84 @@ def run():
     tap.ok(not unused, "every catalogue code is answered by some route (or the router)", unused)
     check_transitions(tap, text, spec["x-nanovm-transitions"])
     return tap.done()
+
+
+def size_text(n):
+    """64 KiB, 20 MiB, 1.5 GiB: how docs/api.md writes a byte count."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} bytes"
+
+
+def check_queries_and_limits(tap, documented, ops):
+    """Each query parameter of a route is named in its section (`limit`, `metadata.`);
+    a body limit other than the 64 KiB default is stated there (its size, or the
+    `--option` that sets it)."""
+    missing, limits = [], []
+    for key, body in documented.items():
+        op = ops.get(key)
+        if op is None:
+            continue
+        for p in op.get("parameters", []):
+            if p["in"] != "query":
+                continue
+            name = p["name"].split(".")[0] + "." if "." in p["name"] else p["name"]
+            if f"`{name}" not in body:
+                missing.append(f"{key}: query parameter {p['name']}")
+        limit = op.get("x-nanovm-body-limit")
+        if limit is None or limit == 64 * 1024:
+            continue
+        option = op.get("x-nanovm-body-limit-option")
+        want = f"`{option}`" if option else size_text(limit)
+        if want not in body:
+            limits.append(f"{key}: its body limit ({want}) is not stated")
+    tap.ok(not missing, "every query parameter of a route is named in its section", "\n".join(missing))
+    tap.ok(not limits, "every body limit other than 64 KiB is stated in its route's section (size or option)",
+           "\n".join(limits))
+
+
+def fields_of(span):
+    """The top-level field names of a documented object: `{"id", "state" (a, b), ...}`."""
+    names, depth = [], 0
+    for m in re.finditer(r'[{}\[\]]|"([a-z_]+)"', span):
+        tok = m.group(0)
+        if tok in "{[":
+            depth += 1
+        elif tok in "}]":
+            depth -= 1
+        elif depth == 1:
+            names.append(m.group(1))
+    return names
+
+
+def check_objects(tap, text, documented, ops, schemas):
+    """The documented objects' fields against the OpenAPI schemas: A **Sandbox**:
+    `{...}` and its kind, and each route's "Answer: `{...}`" against its response
+    schema."""
+    wrong = []
+    for name in ("Sandbox", "Snapshot", "Session", "Command"):
+        m = re.search(r"A \*\*" + name + r"\*\*: `(\{.*?\})`", text, re.S)
+        if not m:
+            wrong.append(f"no 'A **{name}**: `{{...}}`' in docs/api.md")
+            continue
+        doc, schema = fields_of(m.group(1)), list(schemas[name]["properties"])
+        if sorted(doc) != sorted(schema):
+            wrong.append(f"{name}: docs {sorted(set(doc) ^ set(schema))} differ (docs {doc}, schema {schema})")
+    for key, body in documented.items():
+        m = re.search(r"Answer: `(\{.*?\})`", body, re.S)
+        op = ops.get(key)
+        if not m or op is None:
+            continue
+        ok = [r for s, r in op["responses"].items() if s.startswith("2")][0]
+        ref = ok.get("content", {}).get("application/json", {}).get("schema", {}).get("$ref", "")
+        if not ref:
+            continue
+        schema = list(schemas[ref.rsplit("/", 1)[1]]["properties"])
+        doc = fields_of(m.group(1))
+        if sorted(doc) != sorted(schema):
+            wrong.append(f"{key}: its Answer's fields {doc}, the schema {ref.rsplit('/', 1)[1]}'s {schema}")
+    tap.ok(not wrong, "the documented objects' and answers' fields are the OpenAPI schemas'", "\n".join(wrong))
 
 
 def check_transitions(tap, text, table):

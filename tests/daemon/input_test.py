@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """nanovmd's answers to bad input on the resource routes (no guest needed): malformed
-JSON, wrong types, unknown fields, values out of range, oversize bodies, unknown ids,
+JSON, a field named twice, null fields, wrong types, unknown fields and query
+parameters, values out of range, oversize bodies, unknown ids,
 ../ and NUL in ids and guest paths; each a 4xx from the catalogue while the daemon
 keeps serving. A create on a host whose /dev/kvm cannot boot the guest fails with
 its reason (502 vm_error), and leaves no record. TAP.
@@ -26,6 +27,13 @@ def run():
             tap.ok(answer.status == status and answer.code() == code, f"{name}: {status} {code}", answer)
 
         post = d.post
+
+        def msg(answer):
+            """An error answer's message ("" for none)."""
+            try:
+                return answer.json()["error"]["message"]
+            except (ValueError, KeyError, TypeError):
+                return ""
         expect("malformed JSON", post("/v1/sandboxes", '{"cpus": 1'), 400, "bad_json")
         expect("a JSON array instead of an object", post("/v1/sandboxes", "[1, 2]"), 400, "bad_json")
         expect("JSON nested 10000 deep", post("/v1/sandboxes", '{"metadata":' + "[" * 10000 + "]" * 10000 + "}"),
@@ -48,6 +56,50 @@ def run():
         expect("an image name with ../", post("/v1/sandboxes", {"image": "../../etc"}), 422, "invalid_value")
         expect("a restore of an unknown snapshot", post("/v1/sandboxes", {"snapshot_id": UUID}), 404, "snapshot_not_found")
         expect("a 100 KiB create body", post("/v1/sandboxes", {"metadata": {"a": "x" * 100000}}), 413, "body_too_large")
+
+        # A field named twice: refused at any depth (parsers differ on which one counts);
+        # the same name in two different objects is fine.
+        a = post("/v1/sandboxes", '{"cpus": 1, "cpus": 4}')
+        expect("a field named twice", a, 400, "bad_json")
+        tap.ok('"cpus" twice' in msg(a), "... and the message names it", a)
+        a = post("/v1/sandboxes", '{"metadata": {"a": "1", "a": "2"}}')
+        expect("a label named twice", a, 400, "bad_json")
+        tap.ok('"a" twice in "metadata"' in msg(a), "... and the message names it and its object", a)
+        expect("a field named twice in PATCH (before the sandbox is looked up)",
+               d.request("PATCH", f"/v1/sandboxes/{UUID}", '{"timeout_s": 1, "timeout_s": null}'), 400, "bad_json")
+        expect("one name in two objects is not a repeat", post("/v1/sandboxes", '{"metadata": {"cpus": "1"}, "cpus": 5}'),
+               422, "out_of_range")
+        # null is not "left out" (PATCH's timeout_s excepted: null is no timeout).
+        a = post("/v1/sandboxes", {"image": None})
+        expect('"image": null in a create', a, 400, "invalid_field")
+        tap.ok('"image" is null' in msg(a), "... and the message says to leave it out", a)
+        expect('"cpus": null in a create', post("/v1/sandboxes", {"cpus": None}), 400, "invalid_field")
+        expect('"snapshot_id": null beside an image', post("/v1/sandboxes", {"image": "tiny", "snapshot_id": None}),
+               400, "invalid_field")
+        expect('PATCH "timeout_s": null stays allowed (then the unknown sandbox)',
+               d.request("PATCH", f"/v1/sandboxes/{UUID}", {"timeout_s": None}), 404, "sandbox_not_found")
+        expect('PATCH "autosleep_s": null', d.request("PATCH", f"/v1/sandboxes/{UUID}", {"autosleep_s": None}),
+               400, "invalid_field")
+        # pause, resume, sleep, reboot take no fields (their body: none or {}).
+        for action in ("pause", "resume", "sleep", "reboot"):
+            expect(f"{action} with a field", post(f"/v1/sandboxes/{UUID}/{action}", {"force": True}), 400, "unknown_field")
+            expect(f"{action} with a body that is not JSON", post(f"/v1/sandboxes/{UUID}/{action}", "now"), 400, "bad_json")
+            expect(f"{action} with {{}}", post(f"/v1/sandboxes/{UUID}/{action}", {}), 404, "sandbox_not_found")
+        # A query parameter the route does not take, on any route.
+        a = d.get("/v1/sandboxes?limt=5")
+        expect("a list with a misspelt query parameter", a, 400, "unknown_field")
+        tap.ok('"limt"' in msg(a) and "state, metadata.KEY, limit, after" in msg(a),
+               "... named, with the ones the route takes", a)
+        expect("GET /v1/health?verbose=1", d.get("/v1/health?verbose=1"), 400, "unknown_field")
+        expect("a sandbox get with a query (before the sandbox is looked up)", d.get(f"/v1/sandboxes/{UUID}?x=1"),
+               400, "unknown_field")
+        expect("the snapshots list with limit and after", d.get(f"/v1/snapshots?limit=5&after={UUID}"), 200, None)
+        expect("the snapshots list with sandbox_id (not a parameter)", d.get(f"/v1/snapshots?sandbox_id={UUID}"),
+               400, "unknown_field")
+        expect("a list with its parameters", d.get("/v1/sandboxes?state=running&metadata.k=v&limit=5"), 200, None)
+        expect("a template delete with force", d.request("DELETE", "/v1/templates/nope?force=true"), 404,
+               "template_not_found")
+        expect("a create with a query parameter", post("/v1/sandboxes?wait=true", {"cpus": 1}), 400, "unknown_field")
 
         many = "&".join(f"metadata.k{i}=v" for i in range(65))
         expect("a list with 65 metadata filters", d.get("/v1/sandboxes?" + many), 422, "out_of_range")
@@ -147,7 +199,8 @@ def run():
         h = d.get("/v1/health")
         tap.ok(h.status == 200 and d.alive(), "after all of that the daemon still serves", h)
         m = d.get("/metrics").body
-        tap.ok('nanovm_api_errors_total{code="bad_json"} 3' in m and 'code="out_of_range"' in m,
+        # bad_json: 3 malformed bodies, 3 fields named twice, 4 pause|resume|sleep|reboot bodies not JSON.
+        tap.ok('nanovm_api_errors_total{code="bad_json"} 10' in m and 'code="out_of_range"' in m,
                "/metrics counted the errors by code", m[-1500:])
     finally:
         code = d.stop()
@@ -158,6 +211,14 @@ def run():
                            text=True, timeout=30)
         tap.ok(p.returncode == 2 and "--max-memory: Value 0 not in range 128" in p.stderr,
                f"--max-memory 0: refused at the start, exit 2 ({p.returncode})", p.stderr)
+        # Likewise an upload limit no upload fits under (0: every file write was a 413).
+        for flag, value, want in [("--max-file-size", "0", "--max-file-size: Value 0 not in range 1024 to 4294967296"),
+                                  ("--max-file-size", "4294967297", "--max-file-size: Value 4294967297 not in range"),
+                                  ("--max-import-size", "0", "--max-import-size: Value 0 not in range 1048576 to")]:
+            p = subprocess.run([nanovm, "daemon", "--state-dir", state, flag, value], capture_output=True,
+                               text=True, timeout=30)
+            tap.ok(p.returncode == 2 and want in p.stderr, f"{flag} {value}: refused at the start, exit 2 ({p.returncode})",
+                   p.stderr)
     # The caps: a create over the committed-memory cap is refused before any VM starts.
     capped = Daemon(nanovm, args=["--max-memory", "300", "--max-sandboxes", "1"]).start()
     try:

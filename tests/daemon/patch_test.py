@@ -3,13 +3,16 @@
 beside it) on a sandbox seeded into the daemon's store (state `error`, no VM: one the
 daemon leaves as it is at a start), every refusal of a bad value (4xx with its
 catalogue code, the stored value unchanged), the value kept across a daemon restart,
-and the OpenAPI document's PatchSandbox. What autosleep then does in a guest is
-checked in the test host. TAP.
+and the OpenAPI document's PatchSandbox. A second seeded sandbox, recorded as restored
+from template `py`: every Sandbox answer (get, list, PATCH) says its `template` (null
+for the first), the answer's fields are the OpenAPI Sandbox's, and `nanovm sandbox ls`
+shows it. What autosleep then does in a guest is checked in the test host. TAP.
 Usage: patch_test.py NANOVM"""
 
 import json
 import os
 import sqlite3
+import subprocess
 import sys
 import time
 
@@ -17,15 +20,21 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from daemon_harness import Daemon, Tap, main_guard  # noqa: E402
 
 SID = "5a1e0000-0000-4000-8000-00000000000a"
+FROM_TEMPLATE = "5a1e0000-0000-4000-8000-00000000000b"
 NOBODY = "00000000-0000-4000-8000-000000000000"
 
 
 def seed(state_dir):
-    """One sandbox in `error` without a VM (a crashed one whose VMM is gone), labels k=v."""
+    """One sandbox in `error` without a VM (a crashed one whose VMM is gone), labels k=v;
+    a second like it, restored from template `py` (as create_from_template records it)."""
     db = sqlite3.connect(os.path.join(state_dir, "store.db"))
     now = int(time.time() * 1000)
     db.execute("INSERT INTO sandboxes (id, state, error, cpus, memory_mb, labels, created_ms, updated_ms) "
                "VALUES (?, 'error', 'seeded by patch_test.py', 1, 256, ?, ?, ?)", (SID, json.dumps({"k": "v"}), now, now))
+    db.execute("INSERT INTO sandboxes (id, state, error, cpus, memory_mb, image, template, created_ms, updated_ms) "
+               "VALUES (?, 'error', 'seeded by patch_test.py', 1, 256, 'default', 'py', ?, ?)",
+               (FROM_TEMPLATE, now, now))
+    db.execute("INSERT INTO template_sandboxes (sandbox_id, template) VALUES (?, 'py')", (FROM_TEMPLATE,))
     db.commit()
     db.close()
 
@@ -113,6 +122,34 @@ def run():
         prop = spec["components"]["schemas"]["PatchSandbox"]["properties"].get("autosleep_s", {})
         tap.ok(prop.get("type") == "integer" and prop.get("minimum") == 0 and prop.get("maximum") == 604800,
                "openapi.json: PatchSandbox.autosleep_s integer 0-604800", prop)
+
+        # `template`: the template a sandbox was restored from, null for the others.
+        a = d.get(f"/v1/sandboxes/{FROM_TEMPLATE}")
+        tap.ok(a.status == 200 and a.json().get("template") == "py", "GET: a sandbox made from template py says so", a)
+        a = d.get(path)
+        tap.ok(a.status == 200 and "template" in a.json() and a.json()["template"] is None,
+               "GET: the other sandbox's template is null", a)
+        listed = {s["id"]: s for s in d.get("/v1/sandboxes").json()["sandboxes"]}
+        tap.ok(listed.get(FROM_TEMPLATE, {}).get("template") == "py" and "template" in listed.get(SID, {})
+               and listed[SID]["template"] is None, "list: template py and null", listed)
+        a = d.request("PATCH", f"/v1/sandboxes/{FROM_TEMPLATE}", {"metadata": {"t": "1"}})
+        tap.ok(a.status == 200 and a.json().get("template") == "py", "PATCH answers template too, and keeps it", a)
+        schema = spec["components"]["schemas"]["Sandbox"]["properties"]
+        tap.ok(set(a.json()) == set(schema) and schema.get("template", {}).get("nullable") is True,
+               "the Sandbox answer's fields are openapi.json's Sandbox (template a nullable string)",
+               f"answer: {sorted(a.json())}\nschema: {sorted(schema)}")
+        p = subprocess.run([nanovm, "sandbox", "ls", "--state-dir", d.state_dir], capture_output=True, text=True,
+                           timeout=60)
+        row = [ln for ln in p.stdout.splitlines() if ln.startswith(FROM_TEMPLATE)]
+        tap.ok(p.returncode == 0 and row and "template py" in row[0], "nanovm sandbox ls: its SOURCE is template py",
+               p.stdout + p.stderr)
+        # A session id prefix is looked up in the sessions list, which takes no query
+        # parameters (the CLI sent limit=1000 and got 400 unknown_field).
+        p = subprocess.run([nanovm, "sandbox", "session", "rm", SID, "abc", "--state-dir", d.state_dir],
+                           capture_output=True, text=True, timeout=60)
+        tap.ok(p.returncode == 4 and "no session has an id starting with abc" in p.stderr,
+               f"nanovm sandbox session rm ID PREFIX: the sessions list read without paging (exit {p.returncode})",
+               p.stderr)
     except Exception:
         d.print_stderr_tail()
         raise

@@ -2,13 +2,16 @@
 """nanovmd's HTTP server and its protocol-level answers (no guest needed): the
 Unix socket, loopback TCP with the bearer token, unknown routes and methods, body
 and header limits, connections opened and dropped, /v1/health, /metrics and the
-OpenAPI document against the routes the daemon really has. TAP.
+OpenAPI document against the routes the daemon really has; --listen localhost and the
+non-loopback addresses it refuses. TAP.
 Usage: server_test.py NANOVM"""
 
 import os
 import socket
 import stat
+import subprocess
 import sys
+import tempfile
 import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -209,6 +212,27 @@ def run():
         r.stop()
         import shutil
         shutil.rmtree(long_dir, ignore_errors=True)
+
+    # --listen localhost:PORT is 127.0.0.1 (no lookup), with the token as ever; a host
+    # that is not loopback is refused at the start, naming the flag.
+    lo = Daemon(nanovm, listen="localhost:0")
+    try:
+        lo.start()
+        tap.ok("http://127.0.0.1:" in lo.stderr(), "--listen localhost:0 serves on 127.0.0.1", lo.stderr()[-500:])
+        a = lo.get("/v1/health", tcp=True)
+        tap.ok(a.status == 401, "--listen localhost: TCP without a token is 401", a)
+        a = lo.get("/v1/health", tcp=True, headers={"Authorization": "Bearer " + lo.token()})
+        tap.ok(a.status == 200 and a.json()["status"] == "ok", "--listen localhost: TCP with the token is 200", a)
+    except RuntimeError as e:
+        tap.ok(False, "--listen localhost:0 starts", e)
+    finally:
+        lo.cleanup()
+    for listen in ("0.0.0.0:0", "example.com:0", "localhost.example.com:0", "[::]:0", "192.168.1.1:0"):
+        with tempfile.TemporaryDirectory() as state:
+            p = subprocess.run([nanovm, "daemon", "--state-dir", state, "--listen", listen], capture_output=True,
+                               text=True, timeout=30)
+        tap.ok(p.returncode == 2 and f"--listen {listen}: only a loopback address" in p.stderr,
+               f"--listen {listen}: refused at the start, exit 2 ({p.returncode})", p.stderr)
     return tap.done()
 
 

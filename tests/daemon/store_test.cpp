@@ -143,6 +143,33 @@ TEST_CASE("store: a new store is at the latest schema version, and opening it ag
     CHECK(again.schema_version() == latest_schema_version());
 }
 
+TEST_CASE("store: migration 6 gives the sandboxes made before it their template from template_sandboxes",
+          "[daemon][store]") {
+    TempDir tmp;
+    const std::string path = tmp.path() + "/store.db";
+    const std::string from_template = "11111111-0000-4000-8000-000000000000";
+    const std::string booted = "22222222-0000-4000-8000-000000000000";
+    {
+        Store store(path);
+        SandboxRecord r;
+        r.state = "running";
+        r.id = from_template;
+        store.put_sandbox(r);
+        r.id = booted;
+        store.put_sandbox(r);
+        store.add_template_sandbox("py", from_template);
+    }
+    {
+        // Back to a version-5 store: no template column, as a daemon before it left it.
+        Database db(path);
+        db.exec("ALTER TABLE sandboxes DROP COLUMN template; UPDATE schema_version SET version = 5");
+    }
+    Store store(path);
+    CHECK(store.schema_version() == latest_schema_version());
+    CHECK(store.sandbox(from_template)->template_name == "py");
+    CHECK(store.sandbox(booted)->template_name.empty());
+}
+
 TEST_CASE("store: a store newer than this build is refused with the versions", "[daemon][store]") {
     TempDir tmp;
     {
@@ -259,10 +286,13 @@ TEST_CASE("store: sandbox records round-trip, filter by state and label, page by
         r.end_at_ms = r.timeout_s ? std::optional<int64_t>(1000 + i) : std::nullopt;
         r.created_ms = 100 + i;
         r.updated_ms = 200 + i;
+        if (i == 3) r.template_name = "py";
         store.put_sandbox(r);
         made.push_back(r);
     }
     CHECK(store.sandbox(made[3].id) == made[3]);
+    CHECK(store.sandbox(made[3].id)->template_name == "py");
+    CHECK(store.sandbox(made[2].id)->template_name.empty());
     CHECK_FALSE(store.sandbox("nope").has_value());
     CHECK(store.sandboxes({.state = "paused"}).size() == 2);
     CHECK(store.sandboxes({.labels = {{"team", "ml"}}}).size() == 3);

@@ -67,6 +67,8 @@ def run():
         a = c.json()["id"]
         log_a = vmm_log(a)
         ok("restored" in log_a, "its vmm.log says the VM was restored, not booted", log_a[-1500:])
+        ok(c.json().get("template") == IMPLICIT and d.get(f"/v1/sandboxes/{a}").json().get("template") == IMPLICIT,
+           f"its Sandbox says template {IMPLICIT} (create and get)", c.json())
         t0 = time.time()
         c2, _ = d.create(SHAPE, deadline_s=60)
         ms = (time.time() - t0) * 1000
@@ -111,6 +113,8 @@ def run():
         df = d.request("DELETE", "/v1/templates/baked?force=true")
         ok(df.status == 204 and d.get("/v1/templates/baked").status == 404 and kids and
            sh(kids[1], "cat /root/baked.txt") == "baked-42\n", "force=true: 204, and its sandboxes run on", df)
+        ok(kids and d.get(f"/v1/sandboxes/{kids[1]}").json().get("template") == "baked",
+           "a sandbox made from it still says template baked after the delete")
         for k in kids:
             d.request("DELETE", f"/v1/sandboxes/{k}", timeout=120)
 

@@ -47,6 +47,7 @@ json sandbox_json(const store::SandboxRecord& r, const std::optional<ArchiveProg
                 {"memory_mb", r.memory_mb},
                 {"disable_internet", r.disable_internet},
                 {"image", text_or_null(r.image)},
+                {"template", text_or_null(r.template_name)},
                 {"snapshot_id", text_or_null(r.snapshot_id)},
                 {"parent_id", text_or_null(r.parent_id)},
                 {"metadata", r.labels},

@@ -14,7 +14,8 @@ void add_rest_routes(RouteContext& c) {
     c.router.add(RouteSpec{.method = "POST",
                            .pattern = "/v1/sandboxes/{id}/sleep",
                            .summary = "Stop a sandbox's vCPUs until its next exec, file or session call wakes it",
-                           .errors = {"sandbox_not_found", "wrong_state", "sandbox_archived", "vm_error"},
+                           .errors = {"sandbox_not_found", "bad_json", "unknown_field", "wrong_state", "sandbox_archived", "vm_error"},
+                           .request_schema = "Empty",
                            .response_schema = "Sandbox"},
                  [&m](http::Request& req) {
                      JsonBody(req.body, {});
@@ -24,7 +25,8 @@ void add_rest_routes(RouteContext& c) {
     c.router.add(RouteSpec{.method = "POST",
                            .pattern = "/v1/sandboxes/{id}/reboot",
                            .summary = "Boot a sandbox's guest cold over its kept disk (memory and processes are lost)",
-                           .errors = {"sandbox_not_found", "wrong_state", "sandbox_archived", "vm_error", "disk_full"},
+                           .errors = {"sandbox_not_found", "bad_json", "unknown_field", "wrong_state", "sandbox_archived", "vm_error", "disk_full"},
+                           .request_schema = "Empty",
                            .response_schema = "Sandbox"},
                  [&m](http::Request& req) {
                      JsonBody(req.body, {});

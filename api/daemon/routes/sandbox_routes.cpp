@@ -122,7 +122,7 @@ void add_sandbox_routes(RouteContext& c) {
                            .request_schema = "PatchSandbox",
                            .response_schema = "Sandbox"},
                  [&m](http::Request& req) {
-                     const JsonBody b(req.body, {"timeout_s", "autosleep_s", "metadata"});
+                     const JsonBody b(req.body, {"timeout_s", "autosleep_s", "metadata"}, {"timeout_s"});
                      PatchRequest p;
                      if (b.present("timeout_s") && b.raw("timeout_s").is_null()) {
                          p.set_timeout = true;  // explicitly null: no timeout
@@ -130,8 +130,6 @@ void add_sandbox_routes(RouteContext& c) {
                          p.set_timeout = true;
                          if (*v > 0) p.timeout_s = *v;
                      }
-                     if (b.present("autosleep_s") && b.raw("autosleep_s").is_null())
-                         throw ApiError("invalid_field", "\"autosleep_s\" must be an integer (0: never sleep), not null");
                      p.autosleep_s = b.integer("autosleep_s", 0, kMaxTimeoutS);
                      p.labels = b.labels("metadata");
                      return json_response(200, sandbox_json(m.patch(req.params["id"], p)));
@@ -150,7 +148,8 @@ void add_sandbox_routes(RouteContext& c) {
     c.router.add(RouteSpec{.method = "POST",
                            .pattern = "/v1/sandboxes/{id}/pause",
                            .summary = "Stop a sandbox's vCPUs until resume (exec and files answer 409 meanwhile)",
-                           .errors = {"sandbox_not_found", "wrong_state", "sandbox_archived", "vm_error"},
+                           .errors = {"sandbox_not_found", "bad_json", "unknown_field", "wrong_state", "sandbox_archived", "vm_error"},
+                           .request_schema = "Empty",
                            .response_schema = "Sandbox"},
                  [&m](http::Request& req) {
                      JsonBody(req.body, {});
@@ -160,7 +159,8 @@ void add_sandbox_routes(RouteContext& c) {
     c.router.add(RouteSpec{.method = "POST",
                            .pattern = "/v1/sandboxes/{id}/resume",
                            .summary = "Let a paused or sleeping sandbox's vCPUs run again",
-                           .errors = {"sandbox_not_found", "wrong_state", "sandbox_archived", "vm_error"},
+                           .errors = {"sandbox_not_found", "bad_json", "unknown_field", "wrong_state", "sandbox_archived", "vm_error"},
+                           .request_schema = "Empty",
                            .response_schema = "Sandbox"},
                  [&m](http::Request& req) {
                      JsonBody(req.body, {});

@@ -4,6 +4,7 @@
 #include "api/daemon/api_error.hpp"
 #include "api/daemon/openapi.hpp"
 #include "api/daemon/routes/routes.hpp"
+#include "api/version/version.hpp"
 
 namespace nanovm::daemon {
 
@@ -20,7 +21,7 @@ void add_service_routes(RouteContext& c) {
                          for (const auto& [state, n] : c.sandbox_counts()) sandboxes += n;
                      return json_response(200, nlohmann::json{
                                                    {"status", "ok"},
-                                                   {"version", "0.1.0"},
+                                                   {"version", project_version()},
                                                    {"uptime_s", std::chrono::duration_cast<std::chrono::seconds>(uptime).count()},
                                                    {"sandboxes", sandboxes}});
                  });

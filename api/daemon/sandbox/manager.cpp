@@ -294,6 +294,7 @@ SandboxRecord SandboxManager::create_from_template(const TemplateUse& from, cons
     SandboxRecord r = new_record(shaped);
     r.image = from.image;
     r.image_digest = from.image_digest;  // the image the template's snapshot runs over
+    r.template_name = from.name;
     // A warm VM is taken before the caps are checked: taken, its memory is no longer
     // the template manager's (held_memory_mb) but this sandbox's, counted once.
     auto t = Clock::now();

@@ -128,6 +128,14 @@ CREATE INDEX sessions_sandbox ON sessions(sandbox_id);
 CREATE TRIGGER sessions_of_sandbox AFTER DELETE ON sandboxes
 BEGIN DELETE FROM sessions WHERE sandbox_id = OLD.id; END;
 )sql",
+    // 6: the template a sandbox was restored from (its Sandbox's `template`), kept with
+    // the sandbox even after the template is deleted; filled for the sandboxes made
+    // before from template_sandboxes (which a template's delete and collect read).
+    R"sql(
+ALTER TABLE sandboxes ADD COLUMN template TEXT NOT NULL DEFAULT '';
+UPDATE sandboxes SET template = COALESCE(
+  (SELECT t.template FROM template_sandboxes t WHERE t.sandbox_id = sandboxes.id), '');
+)sql",
 };
 
 constexpr int kLatest = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
@@ -145,7 +153,7 @@ std::map<std::string, std::string> parse_labels(const std::string& text) {
 
 constexpr const char* kSandboxColumns =
     "id, vm_id, state, error, cpus, memory_mb, disable_internet, image, snapshot_id, parent_id, labels, timeout_s, "
-    "end_at_ms, created_ms, updated_ms, autosleep_s, on_timeout, image_digest";
+    "end_at_ms, created_ms, updated_ms, autosleep_s, on_timeout, image_digest, template";
 
 SandboxRecord read_sandbox(const Statement& s) {
     SandboxRecord r;
@@ -167,6 +175,7 @@ SandboxRecord read_sandbox(const Statement& s) {
     r.autosleep_s = s.integer(15);
     r.on_timeout = s.text(16);
     r.image_digest = s.text(17);
+    r.template_name = s.text(18);
     return r;
 }
 
@@ -258,7 +267,7 @@ Store::SyncScope::~SyncScope() {
 void Store::put_sandbox(const SandboxRecord& r, Sync sync) {
     std::lock_guard lock(mutex_);
     const SyncScope scope(db_, sync);
-    db_.prepare(fmt::format("INSERT OR REPLACE INTO sandboxes ({}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", kSandboxColumns))
+    db_.prepare(fmt::format("INSERT OR REPLACE INTO sandboxes ({}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", kSandboxColumns))
         .bind(1, r.id)
         .bind(2, r.vm_id)
         .bind(3, r.state)
@@ -277,6 +286,7 @@ void Store::put_sandbox(const SandboxRecord& r, Sync sync) {
         .bind(16, r.autosleep_s)
         .bind(17, r.on_timeout)
         .bind(18, r.image_digest)
+        .bind(19, r.template_name)
         .run();
 }
 

@@ -50,6 +50,9 @@ struct SandboxRecord {
     int64_t autosleep_s = 0;            ///< idle this long: put to sleep (0: never)
     std::string on_timeout = "delete";  ///< at end_at: "delete" or "archive"
     std::string image_digest;  ///< SHA-256 of its pinned root image ("" before pinning)
+    /// The template it was restored from: a named one or an implicit
+    /// auto:IMAGE:CPUSxMiB ("" for a boot, a snapshot's restore or a fork child).
+    std::string template_name;
 
     bool operator==(const SandboxRecord&) const = default;
 };

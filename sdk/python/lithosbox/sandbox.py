@@ -43,10 +43,16 @@ class Sandbox:
         state: ``creating``, ``running``, ``paused``, ``sleeping``, ``archiving``,
             ``archived``, ``unarchiving``, ``rebooting``, ``deleting`` or ``error``.
         error: why it is in ``error``, or None.
-        cpus, memory_mb, disable_internet, image, template: its shape and origin.
+        cpus, memory_mb, disable_internet, image, template: its shape and origin
+            (``template``: the template it was restored from, a named one or an
+            implicit ``auto:IMAGE:CPUSxMiB``; None for a boot, a snapshot's restore or
+            a fork child).
+        image_digest: the SHA-256 of the pinned root image its disks read.
         snapshot_id: the snapshot it was restored from; parent_id: its fork parent.
         labels: its labels (the API's ``metadata``).
-        timeout_s, end_at: its lifetime; the daemon deletes it at ``end_at``.
+        timeout_s, end_at: its lifetime; the daemon deletes it at ``end_at``
+            (``on_timeout``: ``delete`` or ``archive``).
+        autosleep_s: idle this long, it sleeps (0: never).
         created_at: RFC 3339 UTC.
         progress: ``{"phase", "bytes_done", "bytes_total"}`` while archiving or
             unarchiving, else None.
@@ -69,11 +75,14 @@ class Sandbox:
         self.disable_internet: bool = bool(d.get("disable_internet"))
         self.image: Optional[str] = d.get("image")
         self.template: Optional[str] = d.get("template")
+        self.image_digest: Optional[str] = d.get("image_digest")
         self.snapshot_id: Optional[str] = d.get("snapshot_id")
         self.parent_id: Optional[str] = d.get("parent_id")
         self.labels: Dict[str, str] = dict(d.get("metadata") or {})
         self.timeout_s: Optional[int] = d.get("timeout_s")
         self.end_at: Optional[str] = d.get("end_at")
+        self.on_timeout: Optional[str] = d.get("on_timeout")
+        self.autosleep_s: Optional[int] = d.get("autosleep_s")
         self.created_at: Optional[str] = d.get("created_at")
         self.progress: Optional[Dict[str, Any]] = d.get("progress")
 

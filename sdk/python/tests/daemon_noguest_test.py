@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """lithosbox against the real nanovmd binary without a guest (no KVM needed): the
 errors a daemon gives before any VM runs, through the client. A daemon on a temporary
-state directory with loopback TCP, --max-memory 128 and --max-file-size 1000: the
+state directory with loopback TCP, --max-memory 128 and --max-file-size 1024: the
 Unix socket found by NANOVM_STATE_DIR and by state_dir=; TCP with the token
 (LITHOSBOX_URL + LITHOSBOX_TOKEN, and the token read from <state>/token) and without
 it (UnauthorizedError); OverCapacityError (a 256 MiB create over the 128 MiB cap);
-FileTooLargeError (2000 bytes over 1000); SandboxNotFoundError, SnapshotNotFoundError,
+FileTooLargeError (2000 bytes over 1024); SandboxNotFoundError, SnapshotNotFoundError,
 InvalidRequestError (a value out of range, an unknown state); DaemonNotRunningError
 once the daemon is stopped. TAP.
 Usage: daemon_noguest_test.py NANOVM"""
@@ -43,7 +43,7 @@ def raises(cls, fn):
 
 def run():
     tap = Tap()
-    d = Daemon(sys.argv[1], args=["--max-memory", "128", "--max-file-size", "1000"], listen=True).start()
+    d = Daemon(sys.argv[1], args=["--max-memory", "128", "--max-file-size", "1024"], listen=True).start()
     ok = tap.ok
     clean = {k: v for k, v in os.environ.items()
              if k not in ("LITHOSBOX_URL", "LITHOSBOX_TOKEN", "NANOVM_URL", "NANOVM_TOKEN")}

@@ -35,7 +35,7 @@ SNAP = "99999999-8888-4777-8666-555555555555"
 
 def sandbox_json(sid=SID, state="running", **kw):
     d = {"id": sid, "state": state, "error": None, "cpus": 1, "memory_mb": 256, "disable_internet": False,
-         "image": "default", "snapshot_id": None, "parent_id": None, "metadata": {}, "timeout_s": None,
+         "image": "default", "template": None, "snapshot_id": None, "parent_id": None, "metadata": {}, "timeout_s": None,
          "end_at": None, "created_at": "2026-12-01T00:00:00Z"}
     d.update(kw)
     return d
@@ -193,6 +193,33 @@ class SandboxRequestsTest(FakeCase):
         with self.assertRaises(SandboxNotFoundError) as cm:
             self.box.sandboxes.get(missing)
         self.assertEqual(cm.exception.status, 404)
+
+    def test_template_from_get_and_list(self):
+        # The daemon's Sandbox carries `template` (null for a boot): get and list fill it.
+        other = "22222222-2222-4333-8444-555555555555"
+        self.fake.routes[("GET", f"/v1/sandboxes/{SID}")] = [answer(200, sandbox_json(template="py"))]
+        self.assertEqual(self.box.sandboxes.get(SID).template, "py")
+        self.fake.queue("GET", "/v1/sandboxes", answer(200, {"sandboxes": [sandbox_json(template="auto:default:1x256"),
+                                                                           sandbox_json(other)], "next": None}))
+        self.assertEqual([s.template for s in self.box.sandboxes.list()], ["auto:default:1x256", None])
+
+    def test_every_field_of_docs_api_md_sandbox_is_an_attribute(self):
+        """docs/api.md's Sandbox object (its fields are the daemon's, checked by
+        daemon-patch against openapi.json): each one has its Sandbox attribute."""
+        import re
+        path = os.path.join(HERE, "..", "..", "..", "docs", "api.md")
+        if not os.path.exists(path):
+            self.skipTest("no docs/api.md beside this copy of the tests")
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        fields = re.findall(r'"([a-z_]+)"', re.search(r"A \*\*Sandbox\*\*: `\{(.*?)\}`", text, re.S).group(1))
+        self.assertIn("template", fields)
+        values = {f: f"value of {f}" for f in fields}
+        values.update(metadata={"k": "v"}, disable_internet=True)
+        s = lithosbox.Sandbox(self.box, values)
+        renamed = {"metadata": "labels"}
+        wrong = [f for f in fields if getattr(s, renamed.get(f, f), None) != values[f]]
+        self.assertEqual(wrong, [], "docs/api.md Sandbox fields the client does not read")
 
     def test_ids_are_one_path_segment(self):
         # An id a caller gives is percent-encoded whole: "../../v1/health" cannot reach
