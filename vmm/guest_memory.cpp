@@ -1,5 +1,6 @@
 #include "vmm/guest_memory.hpp"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -243,6 +244,31 @@ std::span<uint8_t> GuestMemory::slice(Gpa gpa, uint64_t len) {
 
 void GuestMemory::disable_huge_pages() {
     for (const MemoryRegion& r : regions_) (void)::madvise(r.host, r.size, MADV_NOHUGEPAGE);
+}
+
+GuestMemory::Collapsed GuestMemory::collapse_huge_pages(Gpa gpa, uint64_t len) noexcept {
+#ifndef MADV_COLLAPSE
+    constexpr int MADV_COLLAPSE = 25;  // Linux 6.1 (uapi asm-generic/mman-common.h)
+#endif
+    Collapsed out;
+    if (len == 0) return out;
+    const uint64_t first = gpa.value & ~(kPmdBytes - 1);
+    const uint64_t end = gpa.value + len;
+    for (uint64_t block = first; block < end; block += kPmdBytes) {
+        const auto region = std::find_if(regions_.begin(), regions_.end(), [&](const MemoryRegion& r) {
+            return block >= r.gpa.value && block + kPmdBytes <= r.gpa.value + r.size;
+        });
+        // A block that straddles a region's end (RAM not a multiple of 2 MiB, the MMIO
+        // hole) stays on 4 KiB pages; so does RAM that is not a shared memfd.
+        if (region == regions_.end() || backing_ != Backing::memfd) continue;
+        void* at = region->host + (block - region->gpa.value);
+        if (::madvise(at, kPmdBytes, MADV_COLLAPSE) == 0) {
+            out.bytes += kPmdBytes;
+        } else if (out.error == 0) {
+            out.error = errno;
+        }
+    }
+    return out;
 }
 
 void GuestMemory::prefault_for_write(Gpa gpa, uint64_t len) {

@@ -75,6 +75,8 @@ LinuxLayout load_linux(GuestMemory& memory, BootImage kernel, BootImage initrd, 
     LinuxLayout layout;
     layout.entry = loaded.entry;
     layout.vcpus = vcpus;
+    layout.kernel_start = loaded.load_start;
+    layout.kernel_end = loaded.load_end;
     if (!initrd.bytes.empty()) {
         try {
             layout.initrd = x86::load_initrd(memory, loaded, initrd.bytes);

@@ -22,6 +22,8 @@ struct LinuxLayout {
     Gpa initrd;                ///< initrd GPA (0 if none)
     uint64_t initrd_size = 0;  ///< bytes (0 if none)
     uint32_t vcpus = 0;        ///< vCPUs described in the MP table
+    Gpa kernel_start;          ///< first byte of the loaded kernel
+    Gpa kernel_end;            ///< one past its last byte (bss and init_size included)
 };
 
 /// A kernel or initrd image and the name to use for it in messages (its path).

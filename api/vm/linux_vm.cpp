@@ -123,6 +123,21 @@ struct LoadedGuest {
     LinuxLayout layout;
 };
 
+// The kernel image and the initrd, which the VMM has just written, on 2 MiB pages
+// whatever the host's shmem_enabled (GuestMemory::collapse_huge_pages): the guest's
+// boot reads them through ~9 nested page faults instead of ~4,500 (a 17 MiB kernel).
+// Where the host gives huge pages on request anyway (shmem_enabled advise) most of
+// this is done already. Silent unless nothing could be collapsed.
+void back_with_huge_pages(GuestMemory& memory, const LinuxLayout& layout) {
+    const GuestMemory::Collapsed kernel =
+        memory.collapse_huge_pages(layout.kernel_start, layout.kernel_end.value - layout.kernel_start.value);
+    const GuestMemory::Collapsed initrd = memory.collapse_huge_pages(layout.initrd, layout.initrd_size);
+    if (kernel.bytes + initrd.bytes == 0 && (kernel.error != 0 || initrd.error != 0))
+        log_line(fmt::format("the kernel image stays on 4 KiB pages: madvise(MADV_COLLAPSE): {} (Linux >= 6.1 with "
+                             "transparent huge pages does it)",
+                             std::strerror(kernel.error != 0 ? kernel.error : initrd.error)));
+}
+
 LoadedGuest load_guest(const BootOptions& options) {
     if (options.cpus < kMinCpus || options.cpus > kMaxCpus)
         throw Error(fmt::format("--cpus {}: must be {} to {}", options.cpus, kMinCpus, kMaxCpus));
@@ -149,6 +164,7 @@ LoadedGuest load_guest(const BootOptions& options) {
         return load_linux(memory, {kernel.bytes(), kernel_path},
                           {initrd ? initrd->bytes() : std::span<const uint8_t>{}, initrd_path}, cmdline, options.cpus);
     }();
+    back_with_huge_pages(memory, layout);
     check_disk_paths(options);
     return LoadedGuest{std::move(memory), std::move(layout)};
 }
