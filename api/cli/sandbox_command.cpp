@@ -14,6 +14,7 @@
 #include "api/cli/exec_stream.hpp"
 #include "api/cli/ndjson_output.hpp"
 #include "api/cli/sandbox_job_commands.hpp"
+#include "api/cli/sandbox_rest_commands.hpp"
 #include "api/cli/run_command.hpp"
 #include "api/cli/template_command.hpp"
 #include "vmm/fd.hpp"
@@ -45,6 +46,8 @@ int create(client::ApiClient& api, const SandboxOptions& o) {
     if (o.cpus) body["cpus"] = *o.cpus;
     if (o.memory_mb) body["memory_mb"] = *o.memory_mb;
     if (o.timeout_s) body["timeout_s"] = *o.timeout_s;
+    if (o.autosleep_s) body["autosleep_s"] = *o.autosleep_s;
+    if (!o.on_timeout.empty()) body["on_timeout"] = o.on_timeout;
     if (o.disable_internet) body["disable_internet"] = true;
     if (!o.labels.empty()) body["metadata"] = labels_json(o.labels, "--label");
     json sandbox;
@@ -321,7 +324,8 @@ constexpr const char* kExecHelp =
 SandboxCommands add_sandbox_commands(CLI::App& app, SandboxOptions& o) {
     SandboxCommands c;
     c.group = app.add_subcommand("sandbox", "nanovmd's sandboxes: create, ls, get, exec, cp, snapshot, fork, pause, "
-                                            "resume, sleep, reboot, rm, session, command (through the daemon's API)");
+                                            "resume, sleep, reboot, archive, unarchive, update, logs, metrics, rm, "
+                                            "session, command (through the daemon's API)");
     c.group->require_subcommand(1);
     add_daemon_options(c.group, o.client);
     c.group->footer(std::string("IDs may be abbreviated to a unique prefix. The API: docs/api.md.\n\n") + kExitHelp);
@@ -336,7 +340,16 @@ SandboxCommands add_sandbox_commands(CLI::App& app, SandboxOptions& o) {
     c.create->add_option("--cpus", o.cpus, "vCPUs (1 to 4) [default: 2]")->type_name("N");
     c.create->add_option("--memory", o.memory_mb, "Guest RAM in MiB (128 to 8192) [default: 1024]")->type_name("MiB");
     c.create->add_option("--timeout", o.timeout_s, "Delete the sandbox S seconds after creation (0: never)")
-        ->type_name("S");
+        ->type_name("S")
+        ->check(CLI::Range(int64_t{0}, kMaxSandboxSeconds).description(""));
+    c.create->add_option("--on-timeout", o.on_timeout, "What --timeout does: delete, or archive (nanovm sandbox "
+                                                       "archive) [default: delete]")
+        ->type_name("delete|archive")
+        ->check(CLI::IsMember({"delete", "archive"}));
+    c.create->add_option("--autosleep", o.autosleep_s, "Sleep the sandbox once idle for S seconds (0: never) "
+                                                       "[default: the daemon's --autosleep]")
+        ->type_name("S")
+        ->check(CLI::Range(int64_t{0}, kMaxSandboxSeconds).description(""));
     c.create->add_option("-l,--label", o.labels, "A metadata label (repeatable)")->type_name("KEY=VALUE");
     c.create->add_flag("--disable-internet", o.disable_internet, "Recorded (sandboxes have no network yet)");
 
@@ -390,6 +403,7 @@ SandboxCommands add_sandbox_commands(CLI::App& app, SandboxOptions& o) {
     id_arg(c.reboot);
     c.rm = c.group->add_subcommand("rm", "Stop and delete sandboxes (their snapshots stay)");
     c.rm->add_option("id", o.ids, "Sandbox ids")->required();
+    add_sandbox_rest_commands(c, o);
     add_sandbox_job_commands(c, o);
     return c;
 }
@@ -418,6 +432,7 @@ int run_sandbox_command(const SandboxCommands& c, const SandboxOptions& o) {
         if (*c.sleep) return pause_resume(api, o, "sleep");
         if (*c.reboot) return pause_resume(api, o, "reboot");
         if (*c.rm) return remove(api, o);
+        if (const auto status = run_sandbox_rest_command(c, o, api)) return *status;
         if (const auto status = run_sandbox_job_command(c, o, api)) return *status;
         return kUsage;
     });

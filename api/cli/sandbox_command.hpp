@@ -1,7 +1,8 @@
 // `nanovm sandbox ...`: nanovmd's sandboxes from the command line (a client of the
 // daemon's API, docs/api.md; api/cli/daemon_client.hpp finds it).
 //
-//   sandbox create [--image NAME | --snapshot ID] [--cpus N] [--memory MiB] [--timeout S]
+//   sandbox create [--image NAME | --snapshot ID | --template NAME] [--cpus N] [--memory MiB]
+//                  [--timeout S] [--on-timeout delete|archive] [--autosleep S]
 //                  [--label K=V]... [--disable-internet]        print the new sandbox's id
 //   sandbox ls [--state S] [--label K=V]...                      a table of sandboxes
 //   sandbox get ID                                               one sandbox
@@ -15,6 +16,9 @@
 //   sandbox snapshot ID [--wait] [--leave-paused]                print the snapshot's id
 //   sandbox fork ID [-n N]                                       print the children's ids
 //   sandbox pause ID | resume ID | sleep ID | reboot ID | rm ID...
+//   sandbox archive|unarchive ID [--no-wait], sandbox update ID [--timeout S | --no-timeout]
+//           [--autosleep S] [--label K=V... | --clear-labels], sandbox logs ID [--vmm]
+//           [--tail-bytes N], sandbox metrics ID          (sandbox_rest_commands.hpp)
 //
 // Every one takes --state-dir and --json. IDs may be abbreviated to a unique prefix.
 #pragma once
@@ -36,9 +40,15 @@ struct SandboxOptions {
     std::string id;                         ///< the one-id commands
     std::vector<std::string> ids;           ///< rm
     std::string image, snapshot_id, template_name;  ///< create
-    std::optional<int64_t> cpus, memory_mb, timeout_s;  ///< create (timeout_s: exec too)
+    std::optional<int64_t> cpus, memory_mb, timeout_s;  ///< create (timeout_s: exec, update too)
+    std::optional<int64_t> autosleep_s;     ///< create, update (seconds)
+    std::string on_timeout;                 ///< create: "delete" or "archive" ("": the daemon's default)
+    bool no_timeout = false, clear_labels = false;  ///< update
+    bool no_wait = false;                   ///< archive, unarchive
+    bool vmm_log = false;                   ///< logs --vmm
+    std::optional<int64_t> tail_bytes;      ///< logs
     bool disable_internet = false;          ///< create
-    std::vector<std::string> labels;        ///< create, ls
+    std::vector<std::string> labels;        ///< create, ls, update
     std::string state;                      ///< ls
     std::vector<std::string> argv;          ///< exec
     std::string cwd, user;                  ///< exec
@@ -61,6 +71,8 @@ struct SandboxCommands {
     CLI::App *create = nullptr, *ls = nullptr, *get = nullptr, *exec = nullptr, *cp = nullptr, *snapshot = nullptr,
              *fork = nullptr, *pause = nullptr, *resume = nullptr, *sleep = nullptr,
              *reboot = nullptr, *rm = nullptr;
+    // sandbox_rest_commands.cpp
+    CLI::App *archive = nullptr, *unarchive = nullptr, *update = nullptr, *logs = nullptr, *metrics = nullptr;
     // sandbox_job_commands.cpp
     CLI::App *session = nullptr, *session_create = nullptr, *session_ls = nullptr, *session_rm = nullptr;
     CLI::App *command = nullptr, *command_ls = nullptr, *command_get = nullptr, *command_logs = nullptr,

@@ -2,14 +2,18 @@
 real nanovmd (no guest needed): the
 documented exit statuses and messages (api/cli/daemon_client.hpp) when the daemon is
 not running, for unknown ids, bad shapes, wrong use, over TCP with its token, and a
-create that fails on this host with the daemon's own reason. TAP.
+create that fails on this host with the daemon's own reason. Then the rest-state
+commands (archive, unarchive, update, logs, metrics) on sandboxes seeded into a
+daemon's store: one in `error` (no VM), one `archived` whose unarchive fails. TAP.
 Usage: daemon_cli_test.py NANOVM"""
 import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "daemon"))
@@ -146,6 +150,11 @@ try:
                "sandbox", *args, "--state-dir", state)
     expect("sandbox command kill --signal 99: 2 (the daemon's 422)", 2, "out_of_range", "sandbox", "command", "kill",
            nobody, "1", "--signal", "99", "--state-dir", state)
+    for args in (["archive", nobody], ["unarchive", nobody], ["archive", nobody, "--no-wait"],
+                 ["update", nobody, "--timeout", "5"], ["logs", nobody], ["logs", nobody, "--vmm"],
+                 ["metrics", nobody]):
+        expect(f"sandbox {' '.join(args[:1] + args[2:])} of an unknown sandbox: 4", 4, "sandbox_not_found",
+               "sandbox", *args, "--state-dir", state)
     expect("sandbox cp between two host paths: 2", 2, "one sandbox", "sandbox", "cp", "/a", "/b", "--state-dir", state)
     expect("sandbox --help lists the exit statuses", 0, "3  the daemon is not running", "sandbox", "--help",
            stream="stdout")
@@ -176,6 +185,19 @@ try:
     else:
         tap.ok(code == 1 and "vm_error" in err and "did not start" in err,
                f"a create where the guest cannot boot: exit 1 with the daemon's reason ({err.strip()[:150]})", err)
+    # --autosleep and --on-timeout reach the daemon (accepted: a refused field is 400).
+    code, out, err = run("sandbox", "create", "--cpus", "1", "--memory", "256", "--timeout", "600", "--autosleep",
+                         "30", "--on-timeout", "archive", "--state-dir", state, timeout=300)
+    if code == 0:
+        code2, out2, _ = run("sandbox", "get", out.strip(), "--json", "--state-dir", state)
+        made = json.loads(out2) if code2 == 0 else {}
+        tap.ok((made.get("autosleep_s"), made.get("on_timeout"), made.get("timeout_s")) == (30, "archive", 600),
+               "create --autosleep 30 --on-timeout archive --timeout 600: recorded", out2)
+        run("sandbox", "rm", out.strip(), "--state-dir", state)
+    else:
+        tap.ok(code == 1 and "vm_error" in err,
+               f"create --autosleep 30 --on-timeout archive: accepted, then the same vm_error ({err.strip()[:100]})",
+               err)
     code, out, err = run("sandbox", "ls", "--json", "--state-dir", state)
     tap.ok(code == 0 and all(s["state"] != "creating" for s in json.loads(out)), "no sandbox is left creating", out)
 
@@ -214,4 +236,125 @@ try:
            run("template", "get", "t1", "--state-dir", state)[0] == 4, "template rm, then get: 4")
 finally:
     daemon.stop()
+
+# The rest-state commands on sandboxes seeded into a stopped daemon's store (as
+# tests/daemon/patch_test.py does): ERR in `error` without a VM (a crashed one whose
+# VMM is gone: the daemon leaves it so at a start), ARC `archived` with an archive
+# record and a blob file whose root image is pinned nowhere (its unarchive fails in
+# the background: archived again, the reason in `error`).
+ERR = "e1e1e1e1-0000-4000-8000-000000000001"
+ARC = "e1e1a2a2-0000-4000-8000-000000000002"  # e1e1: a prefix of both
+rest = Daemon(nanovm).start()  # makes the store's schema
+rest.stop()
+db = sqlite3.connect(os.path.join(rest.state_dir, "store.db"))
+now = int(time.time() * 1000)
+for sid, st, vm_id in ((ERR, "error", "0123456789ab"), (ARC, "archived", "")):
+    db.execute("INSERT INTO sandboxes (id, state, error, cpus, memory_mb, labels, vm_id, created_ms, updated_ms) "
+               "VALUES (?, ?, ?, 1, 256, ?, ?, ?, ?)",
+               (sid, st, "seeded" if st == "error" else "", json.dumps({"k": "v"}), vm_id, now, now))
+db.execute("INSERT INTO archives (sandbox_id, blob, state, created_ms) VALUES (?, ?, 'ready', ?)",
+           (ARC, f"{ARC}-1.nva", now))
+db.commit()
+db.close()
+# ERR's VM directory: what its VMM left (a console with a byte that is not UTF-8).
+CONSOLE = b"[    0.000000] Linux version 6.1\nlogin: \xff\n"
+VMM_LOG = b"nanovm: restored in 12 ms\nnanovm: the guest crashed\n"
+os.makedirs(os.path.join(rest.state_dir, "vms", "0123456789ab"))
+with open(os.path.join(rest.state_dir, "vms", "0123456789ab", "console.log"), "wb") as f:
+    f.write(CONSOLE)
+with open(os.path.join(rest.state_dir, "vms", "0123456789ab", "vmm.log"), "wb") as f:
+    f.write(VMM_LOG)
+os.makedirs(os.path.join(rest.state_dir, "archives"), exist_ok=True)
+with open(os.path.join(rest.state_dir, "archives", f"{ARC}-1.nva"), "wb") as f:
+    f.write(b"not an archive")
+rest.start()
+for _ in range(200):
+    try:
+        if rest.get("/v1/health").status == 200:
+            break
+    except OSError:
+        pass
+    time.sleep(0.05)
+rs = rest.state_dir
+try:
+    def sandbox_json(*args):
+        code, out, err = run("sandbox", *args, "--json", "--state-dir", rs)
+        try:
+            return code, json.loads(out), err
+        except ValueError:
+            return code, {}, err + out
+
+    code, j, err = sandbox_json("update", "e1e1e", "--timeout", "60", "--autosleep", "30", "-l", "team=a", "-l", "n=1")
+    tap.ok(code == 0 and (j.get("state"), j.get("timeout_s"), j.get("autosleep_s"), j.get("metadata")) ==
+           ("error", 60, 30, {"team": "a", "n": "1"}) and j.get("end_at"),
+           "update (a prefix) --timeout 60 --autosleep 30 -l team=a -l n=1 --json: the PATCHed sandbox", (code, j, err))
+    code, j, err = sandbox_json("get", ERR)
+    tap.ok((j.get("timeout_s"), j.get("autosleep_s"), j.get("metadata")) == (60, 30, {"team": "a", "n": "1"}),
+           "... get: the same values, stored", j)
+    code, j, err = sandbox_json("update", ERR, "--no-timeout", "--clear-labels")
+    tap.ok(code == 0 and (j.get("timeout_s"), j.get("end_at"), j.get("metadata"), j.get("autosleep_s")) ==
+           (None, None, {}, 30), "update --no-timeout --clear-labels: no timeout, no labels, autosleep kept",
+           (code, j, err))
+    code, out, err = run("sandbox", "update", ERR, "--autosleep", "0", "--state-dir", rs)
+    tap.ok(code == 0 and out == "" and sandbox_json("get", ERR)[1].get("autosleep_s") == 0,
+           "update --autosleep 0: exit 0, nothing on stdout (as pause and sleep), stored", (code, out, err))
+    code, out, err = run("sandbox", "update", ERR, "--timeout", "604800", "--state-dir", rs)
+    tap.ok(code == 0 and sandbox_json("get", ERR)[1].get("timeout_s") == 604800, "update --timeout 604800 (the most)",
+           err)
+    expect("update -l with a bad key: 2, the daemon's reason", 2, 'label key "bad key!": 1 to 63 of', "sandbox", "update", ERR, "-l",
+           "bad key!=v", "--state-dir", rs)
+    expect("update -l with a 256-byte value: 2, the daemon's reason", 2, 'label "k": at most 255 bytes', "sandbox", "update", ERR, "-l",
+           "k=" + "v" * 256, "--state-dir", rs)
+    expect("update of an ambiguous prefix: 2", 2, "give more of it", "sandbox", "update", "e1e1", "--timeout", "5",
+           "--state-dir", rs)
+    expect("archive of a sandbox in error: 5 (409 wrong_state)", 5, "wrong_state", "sandbox", "archive", ERR,
+           "--state-dir", rs)
+    expect("archive --no-wait of a sandbox in error: 5", 5, "wrong_state", "sandbox", "archive", ERR, "--no-wait",
+           "--state-dir", rs)
+    expect("unarchive of a sandbox in error: 5", 5, "wrong_state", "sandbox", "unarchive", ERR, "--state-dir", rs)
+    code, m, err = sandbox_json("metrics", ERR)
+    tap.ok(code == 0 and m.get("state") == "error" and m.get("vmm_running") is False,
+           f"metrics --json of a sandbox without a VM: error, no VMM ({m})", (code, m, err))
+    code, out, err = run("sandbox", "metrics", ERR, "--state-dir", rs)
+    rows = [line.split() for line in out.splitlines()]
+    tap.ok(code == 0 and len(rows) == 2 and rows[0] == ["STATE", "CPU_TIME", "VMM_RSS", "DISK", "VMM"] and
+           rows[1][0] == "error" and rows[1][-1] == "stopped", f"metrics: a table ({' / '.join(out.splitlines())})",
+           out + err)
+    for args, want in ((["logs", ERR], CONSOLE), (["logs", ERR, "--vmm"], VMM_LOG),
+                       (["logs", ERR, "--tail-bytes", "5"], CONSOLE[-5:]),
+                       (["logs", ERR, "--vmm", "--tail-bytes", "26"], VMM_LOG[-26:]), (["logs", ARC], b"")):
+        p = subprocess.run([nanovm, "sandbox", *args, "--state-dir", rs], capture_output=True, timeout=60)
+        tap.ok(p.returncode == 0 and p.stdout == want,
+               f"sandbox {' '.join(args[:1] + args[2:])}: exit 0, {want!r} byte for byte", (p.returncode, p.stdout, p.stderr))
+
+    # ARC: archive of an archived sandbox is a no-op; its unarchive fails (no pinned image).
+    code, j, err = sandbox_json("archive", ARC)
+    tap.ok(code == 0 and j.get("state") == "archived", "archive of an archived sandbox: exit 0 at once (a no-op)",
+           (code, j, err))
+    code, out, err = run("sandbox", "unarchive", ARC, "--state-dir", rs)
+    tap.ok(code == 1 and out == "" and f"sandbox {ARC}: the unarchive failed: it is archived now (unarchive failed: "
+           in err and "not pinned" in err, f"unarchive that fails: exit 1 with the reason ({err.strip().splitlines()[-1][:160] if err.strip() else ''})",
+           (code, out, err))
+    code, j, err = sandbox_json("get", ARC)
+    tap.ok(j.get("state") == "archived" and (j.get("error") or "").startswith("unarchive failed"),
+           "... it is archived, the reason in error", j)
+    code, out, err = run("sandbox", "unarchive", ARC, "--no-wait", "--state-dir", rs)
+    # The 202's state: unarchiving, or archived again when the failing job was quicker
+    # than the answer.
+    tap.ok(code == 0 and out in ("unarchiving\n", "archived\n"),
+           f"unarchive --no-wait: exit 0 at once, prints the state answered ({out.strip()})", (code, out, err))
+    for _ in range(100):
+        if sandbox_json("get", ARC)[1].get("state") != "unarchiving":
+            break
+        time.sleep(0.05)
+    code, j, err = sandbox_json("unarchive", ARC)
+    tap.ok(code == 1 and j.get("state") == "archived" and "unarchive failed" in err,
+           "unarchive --json that fails: exit 1, prints the sandbox (archived)", (code, j, err))
+    code, j, err = sandbox_json("update", ARC, "--timeout", "100")
+    tap.ok(code == 0 and j.get("state") == "archived" and j.get("timeout_s") == 100,
+           "update of an archived sandbox: its timeout_s, still archived", (code, j, err))
+    expect("unarchive --no-wait of a sandbox in error: 5", 5, "wrong_state", "sandbox", "unarchive", ERR, "--no-wait",
+           "--state-dir", rs)
+finally:
+    rest.stop()
 sys.exit(tap.done())

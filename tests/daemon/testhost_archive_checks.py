@@ -1,16 +1,21 @@
 #!/usr/bin/env python3
 """nanovmd's archive and unarchive with real guests, run INSIDE the test host
 (tests/testhost/daemon_checks.sh), 256 MiB 1-vCPU sandboxes: the pinned root image;
-archive (202 with progress, then archived: no VMM, end_at null, exec 409) -> daemon
-restart -> unarchive with the same hostname, a file and a background process intact;
+archive through `nanovm sandbox archive` (wait false, its progress phases on stderr,
+then archived: no VMM, end_at null, exec 409) -> daemon restart -> `nanovm sandbox
+unarchive` with the same hostname, a file and a background process intact, then the
+CLI's update, metrics and logs on it;
 archive -> the daemon and every VMM stopped (a host reboot as the state directory
 sees it) -> start -> unarchive; kill -9 of the daemon during an archive and during an
-unarchive, then a restart: archived or running, never lost, never both. TAP.
+unarchive (each started with the CLI's --no-wait), then a restart: archived or running,
+never lost, never both. TAP.
 Usage: testhost_archive_checks.py NANOVM"""
 
 import json
 import os
+import re
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -70,17 +75,29 @@ def run():
         g = d.get(f"/v1/sandboxes/{sid}")
         return g.json()["state"] if g.status == 200 else f"<{g.status}>"
 
-    def wait_state(sid, states, limit=300):
-        deadline = time.time() + limit
-        seen = set()
-        while time.time() < deadline:
-            g = d.get(f"/v1/sandboxes/{sid}").json()
-            if g.get("progress"):
-                seen.add(g["progress"]["phase"])
-            if g["state"] in states:
-                return g, seen
-            time.sleep(0.2)
-        return d.get(f"/v1/sandboxes/{sid}").json(), seen
+    def cli(*args, timeout=600, raw=False):
+        """`nanovm sandbox ARGS` on this daemon: (exit status, stdout (bytes with raw), stderr)."""
+        p = subprocess.run([nanovm, "sandbox", *args], env=dict(os.environ, NANOVM_STATE_DIR=state),
+                           stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
+        out = p.stdout if raw else p.stdout.decode(errors="replace")
+        return p.returncode, out, p.stderr.decode(errors="replace")
+
+    def cli_json(*args, timeout=600):
+        """`nanovm sandbox ARGS --json`: (exit status, the JSON it printed or {}, stderr)."""
+        rc, out, err = cli(*args, "--json", timeout=timeout)
+        try:
+            return rc, json.loads(out), err
+        except ValueError:
+            return rc, {}, err + out
+
+    def phases_of(err, verb):
+        """The phases `nanovm sandbox archive|unarchive` printed (stderr not a terminal:
+        one line each, "nanovm: archive 1a2b3c4d: pack")."""
+        return re.findall(rf"^nanovm: {verb} [0-9a-f]{{8}}: (\w+)$", err, re.M)
+
+    def in_order(seen, phases):
+        """True if `seen` is `phases` with some left out (each once, in order)."""
+        return all(p in phases for p in seen) and [p for p in phases if p in seen] == seen
 
     try:
         t0 = time.time()
@@ -101,15 +118,20 @@ def run():
         running, seen = counter_runs(sid)
         ok(w.status == 200 and running, f"a file and a background process ({seen})")
 
-        # Archive in the background: 202, progress, then archived.
+        # Archive with the CLI: it asks for wait false (202 archiving), shows each
+        # progress phase on stderr and ends once the sandbox is archived.
         t0 = time.time()
-        a = d.post(f"/v1/sandboxes/{sid}/archive", {"wait": False}, timeout=300)
-        ok(a.status == 202 and a.json()["state"] == "archiving", "archive with wait false: 202 archiving", a)
-        g, phases = wait_state(sid, ("archived", "running", "error"))
+        rc, g, err = cli_json("archive", sid[:8])
         archive_s = time.time() - t0
-        ok(g["state"] == "archived" and g["end_at"] is None and g["progress"] is None,
-           f"then archived, end_at null ({archive_s:.1f} s; progress phases seen: {sorted(phases)})", g)
-        ok(bool(phases), "progress was visible while it ran", phases)
+        phases = phases_of(err, "archive")
+        ok(rc == 0 and g.get("state") == "archived" and g.get("end_at", "") is None and g.get("progress", "") is None,
+           f"CLI archive (a prefix): exit 0, archived, end_at null ({archive_s:.1f} s; phases on stderr: {phases})",
+           (rc, g, err))
+        ok("pack" in phases and in_order(phases, ["snapshot", "pack", "stop"]),
+           "progress was visible while it ran: each phase once, in order", err)
+        rc, m, err = cli_json("metrics", sid)
+        ok(rc == 0 and m.get("state") == "archived" and m.get("vmm_running") is False,
+           f"CLI metrics of the archived sandbox: no VMM ({m})", (rc, m, err))
         e = d.post(f"/v1/sandboxes/{sid}/exec", {"cmd": "true"})
         ok(e.status == 409 and e.code() == "sandbox_archived" and "unarchive it first" in e.body,
            "exec on an archived sandbox: 409 sandbox_archived", e)
@@ -125,15 +147,41 @@ def run():
         d = Daemon(nanovm, state_dir=state, args=ARGS).start()
         ok(state_of(sid) == "archived", "after a daemon restart it is archived still")
         t0 = time.time()
-        u = d.post(f"/v1/sandboxes/{sid}/unarchive", {}, timeout=600)
+        rc, u, err = cli_json("unarchive", sid)
         unarchive_s = time.time() - t0
-        ok(u.status == 200 and u.json()["state"] == "running" and u.json()["end_at"],
-           f"unarchive: 200 running with end_at again ({unarchive_s:.1f} s)", u)
+        phases = phases_of(err, "unarchive")
+        ok(rc == 0 and u.get("state") == "running" and u.get("end_at"),
+           f"CLI unarchive: exit 0, running with end_at again ({unarchive_s:.1f} s; phases on stderr: {phases})",
+           (rc, u, err))
+        ok(phases and in_order(phases, ["unpack", "restore"]), "its phases were visible, in order", err)
         running, seen = counter_runs(sid)
         ok(sh(sid, "cat /work/keep.txt") == "kept across archives\n", "the same id, the file")
         ok(running, f"the background process runs on ({seen})")
         after = sh(sid, "hostname").strip()
         ok(after == host, f"the same hostname ({after})")
+        # The CLI's update, logs and metrics on the unarchived sandbox.
+        rc, p, err = cli_json("update", sid, "--timeout", "7200", "--autosleep", "3600", "-l", "via=cli", "-l", "n=2")
+        ok(rc == 0 and p.get("timeout_s") == 7200 and p.get("autosleep_s") == 3600 and
+           p.get("metadata") == {"via": "cli", "n": "2"} and p.get("state") == "running",
+           "CLI update: timeout, autosleep and labels in one PATCH", (rc, p, err))
+        rc, p, err = cli_json("update", sid, "--no-timeout", "--clear-labels")
+        ok(rc == 0 and p.get("timeout_s") is None and p.get("end_at", "") is None and p.get("metadata") == {} and
+           p.get("autosleep_s") == 3600, "CLI update --no-timeout --clear-labels: no end_at, no labels, autosleep kept",
+           (rc, p, err))
+        rc, out, err = cli("metrics", sid)
+        rows = [line.split() for line in out.splitlines()]
+        ok(rc == 0 and len(rows) == 2 and rows[0] == ["STATE", "CPU_TIME", "VMM_RSS", "DISK", "VMM"] and
+           rows[1][0] == "running" and rows[1][-1] == "running" and float(rows[1][1]) > 0 and float(rows[1][3]) > 0,
+           f"CLI metrics: a table, running, CPU time and RSS ({out.strip().splitlines()[-1] if out.strip() else ''})",
+           (rc, out, err))
+        rc, out, err = cli("logs", sid, "--vmm", "--tail-bytes", "300", raw=True)
+        full = d.get(f"/v1/sandboxes/{sid}/logs/vmm").raw
+        ok(rc == 0 and 0 < len(out) <= 300 and out in full,
+           f"CLI logs --vmm --tail-bytes 300: the end of the VMM log ({len(out)} bytes)", (rc, out, err))
+        rc, out, err = cli("logs", sid, raw=True)
+        console = d.get(f"/v1/sandboxes/{sid}/logs/console").raw
+        ok(rc == 0 and out == console, f"CLI logs: the guest console as the API gives it ({len(out)} bytes)",
+           (rc, out[-300:], err))
         # The archive goes once the unpacked files are durable, after the answer.
         deadline = time.time() + 300
         while blobs(state) and time.time() < deadline:
@@ -165,7 +213,7 @@ def run():
         for what, path in (("archive", "archive"), ("unarchive", "unarchive")):
             if what == "unarchive" and state_of(sid) != "archived":
                 a = d.post(f"/v1/sandboxes/{sid}/archive", {}, timeout=600)
-            r = d.post(f"/v1/sandboxes/{sid}/{path}", {"wait": False}, timeout=60)
+            rc, out, err = cli(path, sid, "--no-wait", timeout=60)  # the daemon's 202: at once
             phase = None
             deadline = time.time() + 120
             while time.time() < deadline:  # into the middle of it: the packing or unpacking
@@ -184,9 +232,9 @@ def run():
                 whole = vmms == [] and len(left) == 1
             else:
                 whole = False
-            ok(r.status == 202 and whole,
-               f"kill -9 during {what} (phase {phase}), restart: {st}, {len(vmms)} VMM(s), {len(left)} blob(s)",
-               d.stderr()[-1500:])
+            ok(rc == 0 and out == what[:-1] + "ing\n" and whole,
+               f"CLI {what} --no-wait: {out.strip()}; kill -9 during it (phase {phase}), restart: {st}, "
+               f"{len(vmms)} VMM(s), {len(left)} blob(s)", (rc, out, err, d.stderr()[-1500:]))
             if st == "archived" and what == "archive":
                 u = d.post(f"/v1/sandboxes/{sid}/unarchive", {}, timeout=600)
                 ok(u.status == 200 and sh(sid, "cat /work/keep.txt") == "kept across archives\n",

@@ -157,7 +157,10 @@ void SandboxManager::run_archive(const std::string& id, SandboxState before) {
         if (vms_.alive(r.vm_id)) {
             try {
                 if (before != SandboxState::paused) resume_vmm(r);
-                set_state(r, before == SandboxState::paused ? SandboxState::paused : SandboxState::running);
+                // The reason stays in `error` (until its next change of state): a client
+                // that did not wait (wait false) sees why it is running again.
+                set_state(r, before == SandboxState::paused ? SandboxState::paused : SandboxState::running,
+                          fmt::format("archive failed: {}", e.what()));
             } catch (const std::exception& resuming) {
                 set_state(r, SandboxState::error, fmt::format("archive failed ({}), then resume: {}", e.what(), resuming.what()));
             }

@@ -124,14 +124,29 @@ class Sandbox:
         return self
 
     def update(self, *, timeout_s: Optional[int] = None, labels: Optional[Mapping[str, str]] = None,
-               clear_timeout: bool = False) -> "Sandbox":
-        """Changes its lifetime (``end_at`` = now + ``timeout_s``; ``clear_timeout``:
-        none) and/or replaces its labels. Raises InvalidRequestError, WrongStateError."""
+               clear_timeout: bool = False, autosleep_s: Optional[int] = None) -> "Sandbox":
+        """Changes its lifetime, its autosleep and/or its labels (in any state but
+        ``deleting``; it never wakes it). Arguments left None stay as they are.
+
+        Args:
+            timeout_s: ``end_at`` becomes now + ``timeout_s`` seconds (0: no timeout).
+            labels: replace all its labels with these.
+            clear_timeout: no timeout (``end_at`` null); wins over ``timeout_s``.
+            autosleep_s: idle this many seconds, it sleeps (0: never; up to 604800).
+                The idle time already counted applies: a sandbox idle longer than the
+                new value sleeps at the daemon's next check (0.5 s).
+        Raises:
+            InvalidRequestError: a value out of range or a bad label.
+            WrongStateError: it is being deleted.
+            SandboxNotFoundError.
+        """
         body: Dict[str, Any] = {}
         if clear_timeout:
             body["timeout_s"] = None
         elif timeout_s is not None:
             body["timeout_s"] = timeout_s
+        if autosleep_s is not None:
+            body["autosleep_s"] = autosleep_s
         if labels is not None:
             body["metadata"] = dict(labels)
         self._update(self._call("PATCH", self._path, body))
@@ -345,6 +360,18 @@ class Sandbox:
     def console_log(self, tail_bytes: Optional[int] = None) -> str:
         """The end of its guest console (default 64 KiB)."""
         return self._call("GET", self._path + "/logs/console", query={"tail_bytes": tail_bytes},
+                          expect_json=False).decode("utf-8", "replace")
+
+    def vmm_log(self, tail_bytes: Optional[int] = None) -> str:
+        """The end of its VMM process's log (how it started, restored, ended).
+
+        Args:
+            tail_bytes: at most this many bytes (1 to 1 MiB; default 64 KiB).
+        Raises:
+            InvalidRequestError: ``tail_bytes`` out of range.
+            SandboxNotFoundError.
+        """
+        return self._call("GET", self._path + "/logs/vmm", query={"tail_bytes": tail_bytes},
                           expect_json=False).decode("utf-8", "replace")
 
     def metrics(self) -> Dict[str, Any]:

@@ -339,9 +339,39 @@ class SandboxRequestsTest(FakeCase):
         self.assertEqual(self.fake.last("PATCH").json(), {"timeout_s": 30, "metadata": {"a": "b"}})
         self.sandbox().update(clear_timeout=True)
         self.assertEqual(self.fake.last("PATCH").json(), {"timeout_s": None})
+        self.fake.routes[("PATCH", f"/v1/sandboxes/{SID}")] = [answer(200, sandbox_json(autosleep_s=90))]
+        t = self.sandbox().update(autosleep_s=90)
+        self.assertEqual(self.fake.last("PATCH").json(), {"autosleep_s": 90})
+        self.assertEqual(t.autosleep_s, 90)
+        self.sandbox().update(autosleep_s=0, timeout_s=5, labels={})
+        self.assertEqual(self.fake.last("PATCH").json(), {"timeout_s": 5, "autosleep_s": 0, "metadata": {}})
+        self.fake.routes[("PATCH", f"/v1/sandboxes/{SID}")] = [
+            error(422, "out_of_range", "autosleep_s 604801: from 0 to 604800")]
+        with self.assertRaises(InvalidRequestError) as cm:
+            self.sandbox().update(autosleep_s=604801)
+        self.assertIn("autosleep_s 604801", str(cm.exception))
         self.fake.queue("DELETE", f"/v1/sandboxes/{SID}", answer(204))
         s.delete()
         self.assertEqual(s.state, "deleted")
+
+    def test_logs(self):
+        vmm = f"/v1/sandboxes/{SID}/logs/vmm"
+        self.fake.queue("GET", vmm, answer(200, "nanovm: restored in 12 ms\n\u00e9\n", {"Content-Type": "text/plain"}))
+        self.assertEqual(self.sandbox().vmm_log(), "nanovm: restored in 12 ms\n\u00e9\n")
+        self.assertEqual(self.fake.last("GET", vmm).query, {})
+        self.fake.routes[("GET", vmm)] = [answer(200, b"end\xff", {"Content-Type": "text/plain"})]
+        self.assertEqual(self.sandbox().vmm_log(tail_bytes=4), "end\ufffd")  # undecodable bytes replaced
+        self.assertEqual(self.fake.last("GET", vmm).query, {"tail_bytes": "4"})
+        self.fake.routes[("GET", vmm)] = [error(422, "out_of_range", "tail_bytes 0: from 1 to 1048576")]
+        with self.assertRaises(InvalidRequestError):
+            self.sandbox().vmm_log(tail_bytes=0)
+        self.fake.routes[("GET", vmm)] = [error(404, "sandbox_not_found", "no sandbox")]
+        with self.assertRaises(SandboxNotFoundError):
+            self.sandbox().vmm_log()
+        console = f"/v1/sandboxes/{SID}/logs/console"
+        self.fake.queue("GET", console, answer(200, "login: ", {"Content-Type": "text/plain"}))
+        self.assertEqual(self.sandbox().console_log(tail_bytes=7), "login: ")
+        self.assertEqual(self.fake.last("GET", console).query, {"tail_bytes": "7"})
 
     def test_fork_shapes(self):
         kid = lambda i: {"sandbox": sandbox_json(f"{i}" * 8 + SID[8:], parent_id=SID), "error": None}  # noqa: E731
