@@ -221,9 +221,9 @@ def main() -> int:
                 "close_stdin, stream(on_stdout=), output()", command_handle,
                 needs=("POST " + SB + "/commands", "POST " + SB + "/commands/{}/wait",
                        "POST " + SB + "/commands/{}/stdin", "GET " + SB + "/commands/{}/output"))
-        t.check("metrics(), console_log(), wait_state('running')",
+        t.check("metrics(), console_log(), vmm_log(), wait_state('running')",
                 lambda: equal(sb.metrics().get("state"), "running") and isinstance(sb.console_log(4096), str) and
-                sb.wait_state("running", timeout=30) is sb)
+                len(sb.vmm_log(4096).encode()) <= 4096 and sb.wait_state("running", timeout=30) is sb)
 
         def sleep_wake():
             return equal(sb.sleep().state, "sleeping") and equal(sb.run("echo awake").stdout, "awake\n")
