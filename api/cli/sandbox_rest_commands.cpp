@@ -187,6 +187,12 @@ constexpr const char* kArchiveHelp =
     "leaves it archived. Ctrl-C ends the waiting, not the archive. --no-wait prints the state the daemon\n"
     "answered (archiving, unarchiving) at once and exits 0: follow it with nanovm sandbox get ID.";
 
+// The footer every other sandbox subcommand inherits, which a footer of its own replaces.
+std::string archive_footer() {
+    return std::string(kArchiveHelp) + "\n\nIDs may be abbreviated to a unique prefix. The API: docs/api.md.\n\n" +
+           kExitHelp;
+}
+
 }  // namespace
 
 void add_sandbox_rest_commands(SandboxCommands& c, SandboxOptions& o) {
@@ -196,12 +202,12 @@ void add_sandbox_rest_commands(SandboxCommands& c, SandboxOptions& o) {
                                                    "its VM (its timeout stops); wait until it is archived");
     id_arg(c.archive);
     c.archive->add_flag("--no-wait", o.no_wait, "Print the state (archiving) at once; do not wait");
-    c.archive->footer(kArchiveHelp);
+    c.archive->footer(archive_footer());
     c.unarchive = c.group->add_subcommand("unarchive", "Restore an archived sandbox under the same id (files, "
                                                        "processes, sessions); wait until it runs");
     id_arg(c.unarchive);
     c.unarchive->add_flag("--no-wait", o.no_wait, "Print the state (unarchiving) at once; do not wait");
-    c.unarchive->footer(kArchiveHelp);
+    c.unarchive->footer(archive_footer());
 
     c.update = c.group->add_subcommand("update", "Change a sandbox's timeout, autosleep or labels (in any state; "
                                                  "never wakes it)");
@@ -222,6 +228,11 @@ void add_sandbox_rest_commands(SandboxCommands& c, SandboxOptions& o) {
                                              "on stdout");
     id_arg(c.logs);
     c.logs->add_flag("--vmm", o.vmm_log, "The VMM process's log instead of the guest console");
+    c.logs->footer(
+        "Both are its current VMM's: a sandbox made by a restore (template, snapshot, unarchive) has what its\n"
+        "guest printed since (often nothing); an archived sandbox has none.\n\nIDs may be abbreviated to a unique "
+        "prefix. The API: docs/api.md.\n\n" +
+        std::string(kExitHelp));
     c.logs->add_option("--tail-bytes", o.tail_bytes, "At most the last N bytes (1 to 1048576) [default: 65536]")
         ->type_name("N")
         ->check(CLI::Range(int64_t{1}, kMaxTailBytes).description(""));
