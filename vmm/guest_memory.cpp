@@ -255,12 +255,10 @@ GuestMemory::Collapsed GuestMemory::collapse_huge_pages(Gpa gpa, uint64_t len) n
     const uint64_t first = gpa.value & ~(kPmdBytes - 1);
     const uint64_t end = gpa.value + len;
     for (uint64_t block = first; block < end; block += kPmdBytes) {
-        const auto region = std::find_if(regions_.begin(), regions_.end(), [&](const MemoryRegion& r) {
-            return block >= r.gpa.value && block + kPmdBytes <= r.gpa.value + r.size;
-        });
+        const MemoryRegion* region = find(Gpa(block), kPmdBytes);
         // A block that straddles a region's end (RAM not a multiple of 2 MiB, the MMIO
         // hole) stays on 4 KiB pages; so does RAM that is not a shared memfd.
-        if (region == regions_.end() || backing_ != Backing::memfd) continue;
+        if (region == nullptr || backing_ != Backing::memfd) continue;
         void* at = region->host + (block - region->gpa.value);
         if (::madvise(at, kPmdBytes, MADV_COLLAPSE) == 0) {
             out.bytes += kPmdBytes;

@@ -27,7 +27,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string sandbox_path(const std::string& id) { return "/v1/sandboxes/" + client::url_encode_segment(id); }
 
 std::string source_of(const json& s) {
     if (s["parent_id"].is_string()) return "fork of " + s["parent_id"].get<std::string>().substr(0, 8);
@@ -320,6 +319,8 @@ constexpr const char* kExecHelp =
     "command and prints its id at once (exit 0): see nanovm sandbox command.";
 
 }  // namespace
+
+std::string sandbox_path(const std::string& id) { return "/v1/sandboxes/" + client::url_encode_segment(id); }
 
 SandboxCommands add_sandbox_commands(CLI::App& app, SandboxOptions& o) {
     SandboxCommands c;

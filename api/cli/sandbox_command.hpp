@@ -84,6 +84,10 @@ SandboxCommands add_sandbox_commands(CLI::App& app, SandboxOptions& options);
 
 /// Runs the parsed one. Returns the exit status (daemon_client.hpp; `exec`: the
 /// command's, 125 for nanovm's own failures). Never throws.
+/// The API path of sandbox `id` ("/v1/sandboxes/<id>", the id percent-encoded as one
+/// segment); the sandbox commands' routes hang below it.
+std::string sandbox_path(const std::string& id);
+
 int run_sandbox_command(const SandboxCommands& commands, const SandboxOptions& options);
 
 }  // namespace nanovm::cli

@@ -20,7 +20,7 @@ namespace {
 using nlohmann::json;
 
 std::string sandbox_path(client::ApiClient& api, const SandboxOptions& o) {
-    return "/v1/sandboxes/" + client::url_encode_segment(resolve_id(api, "sandbox", o.id));
+    return cli::sandbox_path(resolve_id(api, "sandbox", o.id));
 }
 
 std::string command_path(client::ApiClient& api, const SandboxOptions& o) {

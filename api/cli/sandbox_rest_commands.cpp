@@ -18,8 +18,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string sandbox_path(const std::string& id) { return "/v1/sandboxes/" + client::url_encode_segment(id); }
-
 // An object's field; null when it is missing (or `object` is not an object).
 const json& field(const json& object, const char* key) {
     static const json null;
