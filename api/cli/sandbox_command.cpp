@@ -347,7 +347,7 @@ SandboxCommands add_sandbox_commands(CLI::App& app, SandboxOptions& o) {
                                                        "archive) [default: delete]")
         ->type_name("delete|archive")
         ->check(CLI::IsMember({"delete", "archive"}));
-    c.create->add_option("--autosleep", o.autosleep_s, "Sleep the sandbox once idle for S seconds (0: never) "
+    c.create->add_option("--autosleep", o.autosleep_s, "Sleep the sandbox once idle for S seconds (0: never; a running command or a busy CPU is not idle) "
                                                        "[default: the daemon's --autosleep]")
         ->type_name("S")
         ->check(CLI::Range(int64_t{0}, kMaxSandboxSeconds).description(""));

@@ -215,7 +215,7 @@ void add_sandbox_rest_commands(SandboxCommands& c, SandboxOptions& o) {
         ->type_name("S")
         ->check(CLI::Range(int64_t{0}, kMaxSandboxSeconds).description(""));
     c.update->add_flag("--no-timeout", o.no_timeout, "No timeout: it lives until deleted");
-    c.update->add_option("--autosleep", o.autosleep_s, "Sleep it once idle for S seconds (0: never)")
+    c.update->add_option("--autosleep", o.autosleep_s, "Sleep it once idle for S seconds (0: never; a running command or a busy CPU is not idle)")
         ->type_name("S")
         ->check(CLI::Range(int64_t{0}, kMaxSandboxSeconds).description(""));
     c.update->add_option("-l,--label", o.labels, "Replace its labels with these (repeatable: give each one to keep)")
